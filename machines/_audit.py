@@ -1,0 +1,67 @@
+"""The audit trail: every transition of every machine of one run, in order."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``)."""
+
+    run_id: str
+    event: str
+    source: str
+    target: str
+    t: float
+
+
+TransitionSink = Callable[[Transition], None]
+
+
+class AuditTrail:
+    """A python-statemachine listener that records ``after_transition`` calls.
+
+    One trail is shared by every machine of a run (the lifecycle and the teardown
+    ladder), so the trail is the single ordered story of the run.  ``sink`` sees each
+    transition as it happens (the CLI's ``--trace``); a failing sink is the embedder's
+    bug and propagates.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sink: TransitionSink | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self._clock = clock
+        self._sink = sink
+        self.started_at = clock()
+        self._entries: list[Transition] = []
+
+    @property
+    def entries(self) -> tuple[Transition, ...]:
+        return tuple(self._entries)
+
+    def after_transition(self, event: Any, source: Any, target: Any) -> None:
+        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock())
+        self._entries.append(entry)
+        if self._sink is not None:
+            self._sink(entry)
+
+    def as_dicts(self) -> list[dict[str, str | float]]:
+        """The trail as ``{event, source, target, t}`` with ``t`` relative to the run's start."""
+        return [
+            {
+                "event": e.event,
+                "source": e.source,
+                "target": e.target,
+                "t": round(e.t - self.started_at, 6),
+            }
+            for e in self._entries
+        ]

@@ -1,0 +1,87 @@
+"""Configuration models shared by every provider kind (pydantic at the boundary).
+
+A configured ``cwd`` is resolved against an explicit base directory passed in the
+validation context (``{"base_dir": Path}``; the CLI passes the config file's folder)
+and validated at load.  Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from supervisor._cwd import CwdError, resolve_configured_cwd
+from supervisor._process import DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, StderrMode
+
+MAX_TIMER_MS = 2_147_483_647
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+
+
+def _grace(value: float) -> float:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0 or value > MAX_TIMER_MS:
+        raise ValueError(f"must be a positive finite number no greater than {MAX_TIMER_MS}")
+    return value
+
+
+class ProviderConfig(BaseModel):
+    """Keys every provider kind accepts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    cwd: Path | None = None
+    env: dict[str, str | None] = Field(default_factory=dict)
+    env_remove: list[str] = Field(default_factory=list)
+    stderr: StderrMode = StderrMode.INHERIT
+    dispose_eof_grace_ms: float = 6000
+    dispose_grace_ms: float = 3000
+    max_frame_bytes: int = Field(default=DEFAULT_MAX_FRAME_BYTES, gt=0)
+    max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_BYTES, gt=0)
+    stderr_tail_bytes: int = Field(default=DEFAULT_STDERR_TAIL_BYTES, gt=0)
+    subreaper: bool = True
+
+    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms")
+    @classmethod
+    def _positive_grace(cls, value: float) -> float:
+        return _grace(value)
+
+    @field_validator("cwd", mode="before")
+    @classmethod
+    def _resolve_cwd(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        context = info.context or {}
+        base = context.get("base_dir")
+        if base is None:
+            base = Path.cwd() if Path(str(value)).is_absolute() else None
+        if base is None:
+            raise ValueError("a relative cwd needs a base directory")
+        try:
+            return resolve_configured_cwd(str(value), Path(base))
+        except CwdError as exc:
+            raise ValueError(str(exc)) from None
+
+    @property
+    def eof_grace(self) -> float:
+        return self.dispose_eof_grace_ms / 1000
+
+    @property
+    def term_grace(self) -> float:
+        return self.dispose_grace_ms / 1000
+
+
+class CommandConfig(ProviderConfig):
+    """Providers that run a configured command (acp, dsh-sdk)."""
+
+    command: str
+    args: list[str] = Field(default_factory=list)
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a program")
+        return value

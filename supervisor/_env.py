@@ -1,0 +1,40 @@
+"""The child's environment: the parent's, scrubbed of credentials, then explicit entries on top."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+SENSITIVE_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+RUN_TAG_VARIABLE = "SUBAGENT_SUPERVISOR_RUN"
+
+
+def is_scrubbed(name: str) -> bool:
+    """Ambient names never forwarded: credential-shaped ones and ``DSH_*``."""
+    return bool(SENSITIVE_NAME.search(name)) or name.upper().startswith("DSH_")
+
+
+def child_environment(
+    explicit: Mapping[str, str | None],
+    *,
+    remove: Iterable[str] = (),
+    run_tag: str,
+    ambient: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Scrubbed ambient env, minus ``remove``, plus ``explicit`` (None deletes), plus the run tag.
+
+    Explicit entries always win, credential-shaped or not: a child's own credentials
+    come only from explicit configuration.  The run tag is set last so descendants can
+    be attributed to their run even after they leave the process group.
+    """
+    source = os.environ if ambient is None else ambient
+    removed = set(remove)
+    env = {k: v for k, v in source.items() if not is_scrubbed(k) and k not in removed}
+    for name, value in explicit.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    env[RUN_TAG_VARIABLE] = run_tag
+    return env

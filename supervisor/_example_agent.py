@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""The built-in example ACP agent: keyless, deterministic, stdlib only.
+
+``subagents run "say hello"`` supervises this script when no other agent is configured. It speaks ACP
+protocol version 1 (NDJSON JSON-RPC 2.0 on stdin/stdout), has no model behind it and needs no key. It
+is run as a plain file (``python _example_agent.py``), never imported through the ``supervisor``
+package, and imports nothing outside the standard library, so ``initialize`` is answered within a few
+tens of milliseconds of spawn.
+
+Methods:
+
+- ``initialize``: protocol version 1, no optional capabilities, no auth methods, agent info
+  ``subagent-supervisor-example``.
+- ``session/new``: mints a session id and remembers the ``cwd`` (a non-absolute ``cwd`` is answered
+  with JSON-RPC error -32602).
+- ``session/prompt``: streams a deterministic answer as ``agent_message_chunk`` text updates, then
+  answers ``{"stopReason": "end_turn"}``. ``say hello`` gets a greeting, anything else an echo.
+- ``session/cancel``: the pending prompt stops streaming and answers ``cancelled``.
+- stdin EOF: the agent exits 0 at once.
+
+Directives: a line of the task text that is exactly one of these is obeyed and left out of the echo
+(any other line, ``@`` or not, is plain task text):
+
+- ``@permission KIND``: before answering, ask ``session/request_permission`` for a tool call of ACP
+  kind KIND (sent verbatim, so an out-of-vocabulary kind can be tried) that would write
+  ``subagent-example.txt`` into the session cwd, offering ``allow-once`` (allow_once),
+  ``allow-always`` (allow_always) and ``reject-once`` (reject_once). The answer is reported as text;
+  an allow option writes the file; a ``cancelled`` outcome ends the turn ``cancelled``.
+- ``@slow MS``: wait MS milliseconds between streamed chunks (a cancel interrupts the wait).
+- ``@stop REASON``: end the turn with stop reason REASON, verbatim (e.g. ``max_tokens``,
+  ``refusal``, ``max_turn_requests``, or an out-of-vocabulary value).
+- ``@fail``: after streaming, answer the prompt with a JSON-RPC error (-32603) instead of a result.
+- ``@exit CODE``: after streaming, exit with status CODE (0-255) without answering the prompt.
+
+The same behaviours can be preset through the environment (a directive in the task wins):
+``SUBAGENT_EXAMPLE_PERMISSION=KIND``, ``SUBAGENT_EXAMPLE_SLOW_MS=MS``, ``SUBAGENT_EXAMPLE_STOP=REASON``,
+``SUBAGENT_EXAMPLE_FAIL=1``, ``SUBAGENT_EXAMPLE_EXIT=CODE``. Malformed values are ignored. Precedence
+at the end of a turn: cancel, then exit, then fail, then stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, BinaryIO, NoReturn
+
+JsonObject = dict[str, Any]
+
+PROTOCOL_VERSION = 1
+AGENT_NAME = "subagent-supervisor-example"
+AGENT_VERSION = "0.1.0"
+OUTPUT_FILE = "subagent-example.txt"
+OPTIONS: list[JsonObject] = [
+    {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
+    {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+    {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+]
+ALLOW_OPTIONS = frozenset({"allow-once", "allow-always"})
+GREETINGS = frozenset({"say hello", "say hi", "hello", "hi"})
+_DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit)(?:[ \t]+(\S+))?")
+_CHUNK = re.compile(r"\s*\S+\s*")
+
+
+class Directives:
+    """What a turn has been told to do besides answering."""
+
+    def __init__(self) -> None:
+        self.permission: str | None = None
+        self.slow_ms = 0
+        self.stop = "end_turn"
+        self.fail = False
+        self.exit_code: int | None = None
+
+    def apply(self, name: str, value: str | None) -> bool:
+        """Apply one directive; False (nothing changed) when its value is malformed."""
+        if name == "fail" and value in (None, "0", "1"):
+            self.fail = value != "0"
+        elif value is None or name == "fail":
+            return False
+        elif name == "permission":
+            self.permission = value
+        elif name == "stop":
+            self.stop = value
+        elif not value.isdigit():
+            return False
+        elif name == "slow":
+            self.slow_ms = int(value)
+        elif int(value) <= 255:
+            self.exit_code = int(value)
+        else:
+            return False
+        return True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Directives:
+        directives = cls()
+        for name in ("permission", "slow", "stop", "fail", "exit"):
+            key = "SUBAGENT_EXAMPLE_" + ("SLOW_MS" if name == "slow" else name.upper())
+            if value := env.get(key, "").strip():
+                directives.apply(name, value)
+        return directives
+
+    def copy(self) -> Directives:
+        clone = Directives()
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+
+def parse_task(text: str, defaults: Directives) -> tuple[str, Directives]:
+    """Split the task text into the text to echo and the turn's directives."""
+    directives = defaults.copy()
+    kept: list[str] = []
+    for line in text.splitlines():
+        match = _DIRECTIVE.fullmatch(line.strip())
+        if match is None or not directives.apply(match[1], match[2]):
+            kept.append(line)
+    return "\n".join(kept).strip(), directives
+
+
+def compose_answer(task: str) -> str:
+    """The deterministic answer to a task."""
+    if task.lower().rstrip("!. ") in GREETINGS:
+        return (
+            "Hello! I'm the subagent-supervisor example agent: no model, no key, just a fixed reply. "
+            "Add `-- COMMAND ARGS...` to `subagents run` to supervise a real ACP agent."
+        )
+    if not task:
+        return "Hello! You sent me directives but no task."
+    return f"Hello! You asked: {task}"
+
+
+class ExampleAgent:
+    """One ACP connection: a reader loop on the main thread, one worker thread per prompt."""
+
+    def __init__(self, out: BinaryIO, defaults: Directives) -> None:
+        self._out = out
+        self._defaults = defaults
+        self._out_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._sessions: dict[str, str] = {}
+        self._cancelled: set[str] = set()
+        self._waiting: set[int] = set()
+        self._responses: dict[int, JsonObject] = {}
+        self._next_id = 0
+
+    # wire
+
+    def _send(self, message: JsonObject) -> None:
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        with self._out_lock:
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):
+                os._exit(0)  # the client is gone
+
+    def _result(self, rid: Any, result: JsonObject) -> None:
+        self._send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    def _error(self, rid: Any, code: int, message: str, details: str | None = None) -> None:
+        error: JsonObject = {"code": code, "message": message}
+        if details is not None:
+            error["data"] = {"details": details}
+        self._send({"jsonrpc": "2.0", "id": rid, "error": error})
+
+    def _update(self, session_id: str, update: JsonObject) -> None:
+        params = {"sessionId": session_id, "update": update}
+        self._send({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+    def serve(self, lines: Iterable[bytes]) -> None:
+        """Handle frames until stdin EOF."""
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                self._error(None, -32700, "Parse error")
+                continue
+            if isinstance(message, dict):
+                self._dispatch(message)
+            else:
+                self._error(None, -32600, "Invalid Request")
+
+    def shutdown(self) -> NoReturn:
+        with self._out_lock:
+            try:
+                self._out.flush()
+            finally:
+                os._exit(0)
+
+    def _dispatch(self, message: JsonObject) -> None:
+        method, rid = message.get("method"), message.get("id")
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method is None:
+            if isinstance(rid, int):
+                with self._cond:
+                    if rid in self._waiting:
+                        self._responses[rid] = message
+                        self._cond.notify_all()
+        elif "id" not in message:
+            if method == "session/cancel":
+                with self._cond:
+                    self._cancelled.add(str(params.get("sessionId")))
+                    self._cond.notify_all()
+        elif method == "initialize":
+            self._initialize(rid, params)
+        elif method == "session/new":
+            self._new_session(rid, params)
+        elif method == "session/prompt":
+            threading.Thread(target=self._prompt, args=(rid, params), daemon=True).start()
+        else:
+            self._error(rid, -32601, "Method not found")
+
+    # agent methods
+
+    def _initialize(self, rid: Any, params: JsonObject) -> None:
+        if not isinstance(params.get("protocolVersion"), int):
+            self._error(rid, -32602, "Invalid params", "protocolVersion must be an integer")
+            return
+        self._result(
+            rid,
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "agentCapabilities": {
+                    "loadSession": False,
+                    "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+                },
+                "authMethods": [],
+                "agentInfo": {"name": AGENT_NAME, "title": "Example agent", "version": AGENT_VERSION},
+            },
+        )
+
+    def _new_session(self, rid: Any, params: JsonObject) -> None:
+        cwd = params.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            self._error(rid, -32602, "Invalid params", "cwd must be an absolute path")
+            return
+        session_id = "example-" + os.urandom(8).hex()
+        with self._cond:
+            self._sessions[session_id] = cwd
+        self._result(rid, {"sessionId": session_id})
+
+    def _prompt(self, rid: Any, params: JsonObject) -> None:
+        session_id = params.get("sessionId")
+        with self._cond:
+            cwd = self._sessions.get(session_id) if isinstance(session_id, str) else None
+            self._cancelled.discard(str(session_id))
+        if cwd is None or not isinstance(session_id, str):
+            self._error(rid, -32602, "Invalid params", "unknown sessionId")
+            return
+        blocks = params.get("prompt")
+        texts = [
+            block["text"]
+            for block in (blocks if isinstance(blocks, list) else [])
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
+        ]
+        task, directives = parse_task("\n".join(texts), self._defaults)
+        delay = directives.slow_ms / 1000
+        finished = self._stream(session_id, compose_answer(task), delay)
+        if finished and directives.permission is not None:
+            report, finished = self._use_tool(session_id, cwd, directives.permission)
+            finished = self._stream(session_id, "\n\n" + report, delay) and finished
+        if not finished or self._is_cancelled(session_id):
+            self._result(rid, {"stopReason": "cancelled"})
+        elif directives.exit_code is not None:
+            with self._out_lock:
+                self._out.flush()
+                os._exit(directives.exit_code)
+        elif directives.fail:
+            self._error(rid, -32603, "Internal error", "the example agent was told to fail")
+        else:
+            self._result(rid, {"stopReason": directives.stop})
+
+    # turn helpers
+
+    def _is_cancelled(self, session_id: str, wait: float = 0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: session_id in self._cancelled, timeout=wait)
+
+    def _stream(self, session_id: str, text: str, delay: float) -> bool:
+        """Send text word by word; False when the turn was cancelled first."""
+        for index, chunk in enumerate(_CHUNK.findall(text) or [text]):
+            if self._is_cancelled(session_id, delay if index else 0):
+                return False
+            content = {"type": "text", "text": chunk}
+            self._update(session_id, {"sessionUpdate": "agent_message_chunk", "content": content})
+        return True
+
+    def _use_tool(self, session_id: str, cwd: str, kind: str) -> tuple[str, bool]:
+        """Ask permission to write the example file: the text to report, and False if the turn ends."""
+        with self._cond:
+            rid = self._next_id
+            self._next_id += 1
+            self._waiting.add(rid)
+        tool_call = {
+            "toolCallId": f"example-call-{rid}",
+            "title": f"Write {OUTPUT_FILE}",
+            "kind": kind,
+            "status": "pending",
+            "rawInput": {"path": OUTPUT_FILE},
+        }
+        params = {"sessionId": session_id, "toolCall": tool_call, "options": OPTIONS}
+        self._send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": params})
+        with self._cond:
+            self._cond.wait_for(lambda: rid in self._responses or session_id in self._cancelled)
+            self._waiting.discard(rid)
+            response = self._responses.pop(rid, None)
+        if response is None:
+            return "The turn was cancelled while I waited for permission; nothing was written.", False
+        result = response.get("result")
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if not isinstance(outcome, dict):
+            return f"The permission request for {kind} failed; nothing was written.", True
+        if outcome.get("outcome") == "cancelled":
+            return f"The permission request for {kind} was cancelled; nothing was written.", False
+        option = outcome.get("optionId")
+        if outcome.get("outcome") != "selected" or not isinstance(option, str):
+            return "I did not understand the permission answer; nothing was written.", True
+        if option not in ALLOW_OPTIONS:
+            return f"Permission for {kind} denied ({option}); nothing was written.", True
+        try:
+            with open(os.path.join(cwd, OUTPUT_FILE), "w", encoding="utf-8") as file:
+                file.write(f"Written by the {AGENT_NAME} agent.\n")
+        except OSError as exc:
+            return f"Permission for {kind} granted ({option}), but writing failed: {exc.strerror}.", True
+        return f"Permission for {kind} granted ({option}); wrote {OUTPUT_FILE} in the session cwd.", True
+
+
+def main() -> NoReturn:
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
+    agent = ExampleAgent(out, Directives.from_env(os.environ))
+    agent.serve(sys.stdin.buffer)
+    agent.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The provider registry and the one way to get a run: ``async with registry.run(...)``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Protocol, runtime_checkable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from machines import TransitionSink
+from supervisor._abort import AbortSignal
+from supervisor._errors import DuplicateProvider, InvalidRequest, NoProvider, UnsupportedCapability
+from supervisor._run import ProviderRun
+from supervisor._seam import Capabilities, SubagentRequest
+
+log = logging.getLogger("supervisor")
+
+# (request field, capability field, name in the error text), in the order they are checked.
+_CAPABILITY_CHECKS = (
+    ("output_schema", "output_schema", "outputSchema"),
+    ("max_depth", "depth_limit", "depthLimit"),
+    ("tool_filter", "tool_filter", "toolFilter"),
+    ("persona", "persona", "persona"),
+    ("agent_options", "agent_options", "agentOptions"),
+)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What the registry needs of a provider."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def inherits_parent_context(self) -> bool: ...
+
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ProviderRun:
+        """A fresh, unstarted run for ``request``."""
+        ...
+
+
+class Registry:
+    """Providers by name.  Runs already handed out stay valid after ``unregister``."""
+
+    def __init__(self) -> None:
+        self._providers: dict[str, Provider] = {}
+
+    def register(self, provider: Provider) -> None:
+        if provider.name in self._providers:
+            raise DuplicateProvider(f'a subagent provider named "{provider.name}" is already registered')
+        self._providers[provider.name] = provider
+
+    def unregister(self, name: str) -> None:
+        self._providers.pop(name, None)
+
+    def list(self) -> list[str]:
+        return list(self._providers)
+
+    def get(self, name: str) -> Provider:
+        try:
+            return self._providers[name]
+        except KeyError:
+            raise NoProvider(f'no subagent provider registered for "{name}"') from None
+
+    def check(self, name: str, request: SubagentRequest) -> Provider:
+        """The checks made before anything spawns, in the contract's order."""
+        provider = self.get(name)
+        for field, capability, spelled in _CAPABILITY_CHECKS:
+            if getattr(request, field) is not None and not getattr(provider.capabilities, capability):
+                raise UnsupportedCapability(
+                    f'subagent provider "{provider.name}" does not support the "{spelled}" capability'
+                )
+        depth = request.max_depth
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
+            raise InvalidRequest("subagent max_depth must be a non-negative integer")
+        return provider
+
+    async def start(
+        self,
+        name: str,
+        request: SubagentRequest,
+        *,
+        task_group: TaskGroup,
+        abort: AbortSignal | None = None,
+        trace: TransitionSink | None = None,
+    ) -> ProviderRun:
+        """Lower level than :meth:`run`: the run's background work lives in ``task_group``.
+
+        The caller must ``dispose()`` the returned run.
+        """
+        provider = self.check(name, request)
+        run = provider.create_run(request, trace=trace)
+        await run.start(task_group, abort)
+        return run
+
+    @asynccontextmanager
+    async def run(
+        self,
+        name: str,
+        request: SubagentRequest,
+        *,
+        abort: AbortSignal | None = None,
+        trace: TransitionSink | None = None,
+    ) -> AsyncIterator[ProviderRun]:
+        """Start and publish a run; leaving the block disposes it (shielded).
+
+        Leaving while the run is still in flight is a local cancellation.
+        """
+        async with anyio.create_task_group() as tg:
+            run = await self.start(name, request, task_group=tg, abort=abort, trace=trace)
+            try:
+                yield run
+            finally:
+                await run.dispose()

@@ -1,0 +1,341 @@
+"""A published run, and the start/settle/cancel/dispose rules every provider shares.
+
+A provider subclasses :class:`ProviderRun` and fills in four hooks:
+
+* ``_start()``   spawn the child and finish the protocol handshake (stages before
+  publication); raise :class:`StepFailed` with safe facts on failure;
+* ``_drive()``   run the task after publication and return the result;
+* ``_remote_cancel()`` the protocol's best-effort cancel;
+* ``_output()``  the partial output collected so far.
+
+Everything else (abort and cancellation rules, the single settlement, rollback and
+dispose over the whole tree, the audit trail, the diagnostic bound) lives here, so
+every provider behaves the same at the seam.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from machines import SETTLED, AuditTrail, Lifecycle, TeardownLadder, TransitionSink
+from supervisor._abort import AbortSignal
+from supervisor._config import ProviderConfig
+from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
+from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._process import ExitFacts, ManagedProcess, TeardownReport
+from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+
+log = logging.getLogger("supervisor")
+
+REMOTE_CANCEL_TIMEOUT = 1.0
+
+
+class StepFailed(Exception):
+    """A provider step failed.  Carries only safe facts; the raw failure is ``__cause__``."""
+
+    def __init__(self, facts: FailureFacts, *, extra_line: str | None = None) -> None:
+        super().__init__(facts.line())
+        self.facts = facts
+        self.extra_line = extra_line
+
+    @property
+    def diagnostic(self) -> str:
+        text = join_lines(self.facts.line(), self.extra_line)
+        assert text is not None
+        return text
+
+
+class ProviderRun(ABC):
+    """One child run.  Obtain it from ``Registry.run``; never construct it by hand."""
+
+    label: ClassVar[ProviderLabel]
+    lifecycle: ClassVar[type[Lifecycle]]
+    teardown_stage: ClassVar[str] = "teardown"
+
+    def __init__(
+        self,
+        *,
+        provider_name: str,
+        config: ProviderConfig,
+        request: SubagentRequest,
+        trace: TransitionSink | None = None,
+    ) -> None:
+        self.id = str(uuid.uuid4())
+        self.provider_name = provider_name
+        self.config = config
+        self.request = request
+        self.audit = AuditTrail(self.id, sink=trace)
+        self.machine = self.lifecycle(listeners=[self.audit])
+        self.process: ManagedProcess | None = None
+        self._ladder = TeardownLadder(listeners=[self.audit])
+        self._task_group: TaskGroup | None = None
+        self._closed = anyio.Event()
+        self._result: SubagentResult | None = None
+        self._settled = anyio.Event()
+        self._cancelled_locally = False
+        self._drive_scope = anyio.CancelScope()
+        self._dispose_done: anyio.Event | None = None
+        self._dispose_error: TeardownFailed | None = None
+        self._quiescent: bool | None = None
+        self._remove_abort: Callable[[], None] = lambda: None
+
+    # -- what a caller sees -----------------------------------------------------------
+
+    @property
+    def stage(self) -> str:
+        """The current stage, read from the lifecycle machine."""
+        return self.machine.stage
+
+    @property
+    def state(self) -> str:
+        """The active lifecycle state (a stage, ``settled``, ``quiescent`` or ``leaked``)."""
+        return self.machine.state_name
+
+    @property
+    def exit_facts(self) -> ExitFacts | None:
+        return None if self.process is None else self.process.exit_facts
+
+    @property
+    def quiescent(self) -> bool | None:
+        """None until disposed; then whether the whole tree was proven gone."""
+        return self._quiescent
+
+    async def result(self) -> SubagentResult:
+        """The settled result.  Never raises for a child-level failure."""
+        await self._settled.wait()
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """Local cancellation: settle ``aborted`` at once (keeping partial output)."""
+        if self._result is not None:
+            return
+        self._cancelled_locally = True
+        self._settle(SubagentResult(output=self._output(), stop_reason=StopReason.ABORTED))
+        if self.machine.allows("cancelled"):
+            self.machine.send("cancelled")
+        self._drive_scope.cancel()
+        if self._task_group is not None:
+            self._task_group.start_soon(self._best_effort_remote_cancel)
+
+    async def dispose(self) -> None:
+        """Reach whole-tree quiescence or raise :class:`TeardownFailed`.  Idempotent."""
+        if self._dispose_done is None:
+            self._dispose_done = anyio.Event()
+            with anyio.CancelScope(shield=True):
+                try:
+                    self.cancel()
+                    self._dispose_error = await self._teardown("dispose_requested")
+                finally:
+                    self._dispose_done.set()
+                    self._closed.set()
+        else:
+            await self._dispose_done.wait()
+        if self._dispose_error is not None:
+            raise self._dispose_error
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} id={self.id} provider={self.provider_name!r} state={self.state}>"
+
+    # -- provider hooks ---------------------------------------------------------------
+
+    @abstractmethod
+    async def _start(self) -> None:
+        """Spawn and handshake.  Raise :class:`StepFailed` with safe facts on failure."""
+
+    @abstractmethod
+    async def _drive(self) -> SubagentResult:
+        """Run the task after publication and return its result."""
+
+    @abstractmethod
+    def _output(self) -> str:
+        """The (partial) output collected so far."""
+
+    async def _remote_cancel(self) -> None:  # noqa: B027 - optional hook
+        """The protocol's best-effort cancel; failures are only logged."""
+
+    async def _before_ladder(self) -> None:  # noqa: B027 - optional hook
+        """Protocol-level shutdown before the process ladder (bounded by the provider)."""
+
+    async def _after_ladder(self) -> None:  # noqa: B027 - optional hook
+        """Release protocol resources once the tree is gone."""
+
+    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
+        """Safe facts for a failed teardown; providers may refine the category."""
+        exit_facts = report.exit if report is not None else None
+        return FailureFacts(
+            self.label,
+            self.teardown_stage,
+            "unknown",
+            exit_code=exit_facts.exit_code if exit_facts else None,
+            signal=exit_facts.signal if exit_facts else None,
+        )
+
+    # -- helpers for providers --------------------------------------------------------
+
+    @property
+    def task_group(self) -> TaskGroup:
+        """The run's own task group (background readers, watchers)."""
+        assert self._task_group is not None, "the run has not been started"
+        return self._task_group
+
+    def fact(self, event: str) -> None:
+        """Feed a protocol or process fact to the lifecycle machine.
+
+        After a local cancellation, late facts the machine no longer accepts are
+        expected (the child keeps talking for a moment) and are dropped.
+        """
+        if self._cancelled_locally and not self.machine.allows(event):
+            log.debug("run %s: late fact %r after local cancellation", self.id, event)
+            return
+        self.machine.send(event)
+
+    def failure(self, category: str, **facts: object) -> FailureFacts:
+        """Facts for a failure in the current stage."""
+        return FailureFacts(self.label, self.stage, category, **facts)  # type: ignore[arg-type]
+
+    @property
+    def cancelled_locally(self) -> bool:
+        return self._cancelled_locally
+
+    # -- start ------------------------------------------------------------------------
+
+    async def start(self, task_group: TaskGroup, abort: AbortSignal | None = None) -> None:
+        """Spawn and handshake; return only once the run is published.
+
+        On failure the child is rolled back to quiescence before the error is raised.
+        """
+        self._task_group = await task_group.start(self._host)
+        if abort is not None and abort.aborted:
+            await self._rollback("start_aborted")
+            raise StartAborted(self._aborted_text())
+        failure: StepFailed | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                remove = abort.add_callback(scope.cancel) if abort is not None else (lambda: None)
+                try:
+                    await self._start()
+                except StepFailed as exc:
+                    failure = exc
+                except Exception as exc:
+                    log.warning("run %s: start failed in stage %s", self.id, self.stage, exc_info=exc)
+                    failure = StepFailed(self.failure("unknown"))
+                    failure.__cause__ = exc
+                finally:
+                    remove()
+        except anyio.get_cancelled_exc_class():
+            # The caller's scope was cancelled: roll back, then let the cancellation go on.
+            teardown_error = await self._rollback("start_aborted")
+            if teardown_error is not None:
+                log.error("run %s: rollback after cancellation failed: %s", self.id, teardown_error)
+            raise
+        if scope.cancelled_caught:
+            teardown_error = await self._rollback("start_aborted")
+            if teardown_error is not None:
+                raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
+            raise StartAborted(self._aborted_text())
+        if failure is not None:
+            log.info("run %s: start failed: %s", self.id, failure.diagnostic, exc_info=failure.__cause__)
+            teardown_error = await self._rollback("start_failed")
+            text = bound_diagnostic(
+                join_lines(failure.diagnostic, teardown_error.diagnostic if teardown_error else None)
+            )
+            assert text is not None
+            raise StartFailed(text, quiescent=teardown_error is None) from failure
+        if abort is not None:
+            self._remove_abort = abort.add_callback(self.cancel)
+        self.task_group.start_soon(self._drive_and_settle)
+
+    def _aborted_text(self) -> str:
+        return f"subagent request was aborted before the {self.label} child started"
+
+    async def _host(self, *, task_status: TaskStatus[TaskGroup]) -> None:
+        async with anyio.create_task_group() as own:
+            task_status.started(own)
+            await self._closed.wait()
+            own.cancel_scope.cancel()
+
+    async def _rollback(self, event: str) -> TeardownFailed | None:
+        error: TeardownFailed | None = None
+        with anyio.CancelScope(shield=True):
+            try:
+                error = await self._teardown(event)
+            finally:
+                self._closed.set()
+        return error
+
+    # -- settle -----------------------------------------------------------------------
+
+    def _settle(self, result: SubagentResult) -> None:
+        if self._result is None:
+            self._result = result
+            self._settled.set()
+
+    async def _drive_and_settle(self) -> None:
+        result: SubagentResult | None = None
+        with self._drive_scope:
+            try:
+                result = await self._drive()
+            except Exception as exc:
+                log.warning("run %s: failed in stage %s", self.id, self.stage, exc_info=exc)
+                result = SubagentResult(
+                    output=self._output(),
+                    stop_reason=StopReason.ERROR,
+                    diagnostic=self.failure("unknown").line(),
+                )
+        if result is None:  # cancelled locally: already settled
+            return
+        if not self._cancelled_locally and self.machine.state_name != SETTLED:
+            self.machine.send("failed")
+        self._settle(result)
+
+    async def _best_effort_remote_cancel(self) -> None:
+        with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
+            try:
+                await self._remote_cancel()
+            except Exception as exc:
+                log.debug("run %s: remote cancel failed: %r", self.id, exc)
+
+    # -- teardown ---------------------------------------------------------------------
+
+    async def _teardown(self, event: str) -> TeardownFailed | None:
+        """Move into the teardown stage, take the tree down, and record the outcome."""
+        self._remove_abort()
+        if self.machine.allows(event):
+            self.machine.send(event)
+        report: TeardownReport | None = None
+        try:
+            await self._before_ladder()
+        except Exception as exc:  # a polite shutdown is best effort; the ladder still runs
+            log.warning("run %s: protocol shutdown failed", self.id, exc_info=exc)
+        if self.process is not None:
+            report = await self.process.teardown(
+                self._ladder,
+                eof_grace=self.config.eof_grace,
+                term_grace=self.config.term_grace,
+            )
+        try:
+            await self._after_ladder()
+        except Exception as exc:
+            log.warning("run %s: releasing protocol resources failed", self.id, exc_info=exc)
+        self._quiescent = report is None or report.quiescent
+        if self._quiescent:
+            self.machine.send("tree_gone")
+            return None
+        assert report is not None
+        log.error("run %s: tree not gone after SIGKILL; survivors %s", self.id, report.survivors)
+        self.machine.send("tree_survived")
+        line = self._teardown_facts(report).line()
+        return TeardownFailed(bound_diagnostic(line) or line)
+
+    def force_kill(self) -> None:
+        """Skip the remaining teardown graces (a second Ctrl-C)."""
+        if self.process is not None:
+            self.process.force_kill()

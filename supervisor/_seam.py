@@ -1,0 +1,77 @@
+"""The provider-neutral seam: what a parent asks for and what it gets back."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from supervisor._diagnostic import bound_diagnostic
+
+
+class StopReason(enum.StrEnum):
+    """The shared terminal vocabulary.  A result may carry another string; treat it as a failure."""
+
+    COMPLETED = "completed"
+    MAX_TOKENS = "max-tokens"
+    REFUSAL = "refusal"
+    ABORTED = "aborted"
+    ERROR = "error"
+
+
+class Capabilities(BaseModel):
+    """Optional start-time features.  All four out-of-process providers support none."""
+
+    model_config = ConfigDict(frozen=True)
+
+    output_schema: bool = False
+    depth_limit: bool = False
+    tool_filter: bool = False
+    persona: bool = False
+    agent_options: bool = False
+
+
+NO_CAPABILITIES = Capabilities()
+
+
+class SubagentRequest(BaseModel):
+    """One delegated task.
+
+    The start-time options are carried so that the registry can *reject* them for a
+    provider that cannot honour them, rather than silently dropping them.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    task: str
+    label: str | None = None
+    parent_cwd: Path | None = None
+    output_schema: dict[str, Any] | None = None
+    max_depth: Any = None
+    tool_filter: dict[str, Any] | None = None
+    persona: str | None = None
+    agent_options: dict[str, Any] | None = None
+
+    @field_validator("task")
+    @classmethod
+    def _task_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("task must not be blank")
+        return value
+
+
+class SubagentResult(BaseModel):
+    """What the parent receives.  The diagnostic bound is applied here, on every path."""
+
+    model_config = ConfigDict(frozen=True)
+
+    output: str = ""
+    stop_reason: str
+    diagnostic: str | None = Field(default=None)
+
+    @field_validator("diagnostic")
+    @classmethod
+    def _bounded(cls, value: str | None) -> str | None:
+        return bound_diagnostic(value)

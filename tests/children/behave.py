@@ -1,0 +1,135 @@
+"""A child with one chosen behaviour, for the process-layer tests.
+
+Usage: ``behave.py BEHAVIOUR [ARG]``.  Where a behaviour starts descendants, it prints
+``ready <pids>`` on stdout once they exist, so a test waits on that line, not a sleep.
+
+eof                 exit 0 on stdin EOF
+ignore-eof          ignore EOF; exit on SIGTERM
+trap-term           ignore EOF and SIGTERM; only SIGKILL ends it
+grandchild          a ``sleep`` grandchild in the same group; exit on EOF (grandchild stays)
+setsid-grandchild   a grandchild in its own session (escapes the group); exit on EOF
+daemon              a double-fork + setsid daemon grandchild; exit on EOF
+trap-term-tree      a TERM-ignoring grandchild; the child itself ignores EOF, exits on TERM
+exit N              exit with status N at once
+signal NAME         kill itself with signal NAME
+stderr-flood N      write N bytes to stderr, then behave like eof
+print-env NAME,...  print NAME=value lines for the names, then behave like eof
+pwd                 print the working directory, then behave like eof
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def wait_eof() -> None:
+    while sys.stdin.buffer.read(65536):
+        pass
+
+
+def sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def ready(*pids: int) -> None:
+    sys.stdout.write("ready " + " ".join(str(p) for p in pids) + "\n")
+    sys.stdout.flush()
+
+
+def spawn_sleeper(*, new_session: bool = False, ignore_term: bool = False) -> int:
+    code = "import signal,time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "print('up', flush=True)\nwhile True: time.sleep(3600)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=new_session,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    return proc.pid
+
+
+def spawn_daemon() -> int:
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # intermediate
+        os.setsid()
+        if os.fork() == 0:  # the daemon
+            os.close(read_end)
+            os.write(write_end, str(os.getpid()).encode())
+            os.close(write_end)
+            for fd in (0, 1, 2):
+                os.close(fd)
+            sleep_forever()
+        os._exit(0)
+    os.close(write_end)
+    pid = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.wait()  # reap the intermediate
+    return pid
+
+
+def main() -> None:
+    behaviour = sys.argv[1]
+    arg = sys.argv[2] if len(sys.argv) > 2 else ""
+    if behaviour == "eof":
+        ready()
+        wait_eof()
+    elif behaviour == "ignore-eof":
+        ready()
+        wait_eof()
+        sleep_forever()
+    elif behaviour == "trap-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        ready()
+        wait_eof()
+        sleep_forever()
+    elif behaviour == "grandchild":
+        ready(spawn_sleeper())
+        wait_eof()
+    elif behaviour == "setsid-grandchild":
+        ready(spawn_sleeper(new_session=True))
+        wait_eof()
+    elif behaviour == "daemon":
+        ready(spawn_daemon())
+        wait_eof()
+    elif behaviour == "trap-term-tree":
+        ready(spawn_sleeper(ignore_term=True))
+        wait_eof()
+        sleep_forever()
+    elif behaviour == "exit":
+        sys.exit(int(arg))
+    elif behaviour == "signal":
+        os.kill(os.getpid(), getattr(signal, arg))
+        sleep_forever()
+    elif behaviour == "stderr-flood":
+        block = b"x" * 8191 + b"\n"
+        remaining = int(arg)
+        while remaining > 0:
+            sys.stderr.buffer.write(block[:remaining])
+            remaining -= len(block)
+        sys.stderr.buffer.flush()
+        ready()
+        wait_eof()
+    elif behaviour == "print-env":
+        for name in arg.split(","):
+            print(f"{name}={os.environ.get(name, '<unset>')}")
+        ready()
+        wait_eof()
+    elif behaviour == "pwd":
+        print(os.getcwd())
+        ready()
+        wait_eof()
+    else:
+        sys.exit(f"unknown behaviour {behaviour!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Shared fixtures: the asyncio backend, hypothesis profiles, and the leak guard.
+
+The leak guard fails any test that leaves a live descendant or a zombie behind, and
+the session fails at the end if anything escaped even that.  Every process a test
+starts inherits ``SUBAGENT_TEST_SESSION`` (the name is not credential-shaped, so the
+supervisor's scrub keeps it), so a daemon that escaped to PID 1 is still found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from hypothesis import HealthCheck, settings
+
+SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
+SESSION_TAG = uuid.uuid4().hex
+os.environ[SESSION_VARIABLE] = SESSION_TAG
+
+TESTS = Path(__file__).resolve().parent
+CHILDREN = TESTS / "children"
+PYTHON = sys.executable
+
+settings.register_profile(
+    "ci",
+    max_examples=15,
+    stateful_step_count=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=60, stateful_step_count=20, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def leftovers() -> list[psutil.Process]:
+    """Our descendants, plus anything on the machine carrying this session's tag."""
+    me = psutil.Process()
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        for proc in me.children(recursive=True):
+            found[proc.pid] = proc
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid == me.pid:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.environ().get(SESSION_VARIABLE) == SESSION_TAG:
+                found[proc.pid] = proc
+    return list(found.values())
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} [{proc.status()}] {' '.join(proc.cmdline())[:120]}"
+    except psutil.Error:
+        return f"{proc.pid} [gone]"
+
+
+def clean_up(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(procs, timeout=5)
+    for proc in procs:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes() -> Iterator[None]:
+    before = {p.pid for p in leftovers()}
+    yield
+    left = [p for p in leftovers() if p.pid not in before]
+    if left:
+        report = "\n".join(describe(p) for p in left)
+        clean_up(left)
+        pytest.fail(f"test left processes behind:\n{report}", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = leftovers()
+    if left:
+        report = "\n".join(describe(p) for p in left)
+        clean_up(left)
+        sys.stderr.write(f"\nprocesses left behind by the test session:\n{report}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

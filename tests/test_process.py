@@ -1,0 +1,276 @@
+"""The process layer against real children: spawn, exit facts, the ladder over whole trees."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from anyio.abc import TaskGroup
+
+from machines import AuditTrail, TeardownLadder
+from supervisor._env import RUN_TAG_VARIABLE, child_environment
+from supervisor._process import (
+    ExitFacts,
+    ManagedProcess,
+    SpawnFailed,
+    SpawnSpec,
+    StderrMode,
+    TeardownReport,
+)
+from supervisor._tree import PsutilTree, set_subreaper
+from tests.conftest import CHILDREN, PYTHON
+
+pytestmark = pytest.mark.anyio
+
+BEHAVE = str(CHILDREN / "behave.py")
+
+
+def spec_for(
+    behaviour: str,
+    *args: str,
+    cwd: Path,
+    stderr: StderrMode = StderrMode.DISCARD,
+    tree: PsutilTree | None = None,
+    env: dict[str, str | None] | None = None,
+) -> SpawnSpec:
+    tag = os.urandom(8).hex()
+    return SpawnSpec(
+        argv=[PYTHON, BEHAVE, behaviour, *args],
+        cwd=cwd,
+        env=child_environment(env or {}, run_tag=tag),
+        run_tag=tag,
+        stderr=stderr,
+        tree=tree or PsutilTree(),
+    )
+
+
+@pytest.fixture
+async def task_group() -> AsyncIterator[TaskGroup]:
+    async with anyio.create_task_group() as tg:
+        yield tg
+        tg.cancel_scope.cancel()
+
+
+async def ready_pids(proc: ManagedProcess) -> list[int]:
+    line = await proc.stdout.readline()
+    words = line.decode().split()
+    assert words[:1] == ["ready"], line
+    return [int(w) for w in words[1:]]
+
+
+async def tear_down(
+    proc: ManagedProcess, *, eof: float = 5.0, term: float = 5.0, kill_wait: float = 5.0
+) -> tuple[TeardownReport, AuditTrail]:
+    trail = AuditTrail("test")
+    ladder = TeardownLadder(listeners=[trail])
+    report = await proc.teardown(ladder, eof_grace=eof, term_grace=term, kill_wait=kill_wait)
+    return report, trail
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def test_eof_obeying_child_ends_at_the_first_rung(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path), task_group)
+    await ready_pids(proc)
+    report, trail = await tear_down(proc)
+    assert report == TeardownReport(quiescent=True, rung="eof-wait", exit=ExitFacts(0, None))
+    assert [(e.event, e.target) for e in trail.entries] == [
+        ("stdin_closed", "eof-wait"),
+        ("tree_exited", "gone"),
+    ]
+
+
+async def test_eof_ignoring_child_gets_sigterm(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("ignore-eof", cwd=tmp_path), task_group)
+    await ready_pids(proc)
+    report, _ = await tear_down(proc, eof=0.2)
+    assert report == TeardownReport(quiescent=True, rung="term-wait", exit=ExitFacts(None, "SIGTERM"))
+
+
+async def test_term_trapping_child_gets_sigkill(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("trap-term", cwd=tmp_path), task_group)
+    await ready_pids(proc)
+    report, trail = await tear_down(proc, eof=0.1, term=0.2)
+    assert report == TeardownReport(quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"))
+    assert [e.target for e in trail.entries] == ["eof-wait", "term-wait", "kill-wait", "gone"]
+
+
+@pytest.mark.parametrize("behaviour", ["grandchild", "setsid-grandchild", "daemon"])
+async def test_descendants_die_with_the_tree(tmp_path: Path, task_group: TaskGroup, behaviour: str) -> None:
+    proc = await ManagedProcess.spawn(spec_for(behaviour, cwd=tmp_path), task_group)
+    (descendant,) = await ready_pids(proc)
+    assert alive(descendant)
+    report, _ = await tear_down(proc, eof=0.3)
+    assert report.quiescent
+    assert report.exit == ExitFacts(0, None)  # the child obeyed EOF; its descendant needed the ladder
+    assert report.rung == "term-wait"
+    assert not alive(descendant)
+
+
+async def test_term_ignoring_grandchild_is_killed(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("trap-term-tree", cwd=tmp_path), task_group)
+    (grandchild,) = await ready_pids(proc)
+    report, _ = await tear_down(proc, eof=0.1, term=0.3)
+    assert report.quiescent
+    assert report.rung == "kill-wait"
+    assert report.exit == ExitFacts(None, "SIGTERM")
+    assert not alive(grandchild)
+
+
+@pytest.fixture
+def subreaper_off() -> Iterator[None]:
+    set_subreaper(False)
+    try:
+        yield
+    finally:
+        set_subreaper(True)
+
+
+@pytest.mark.usefixtures("subreaper_off")
+async def test_without_the_subreaper_a_daemon_escapes(tmp_path: Path, task_group: TaskGroup) -> None:
+    """The reason the subreaper is on by default: without it the daemon leaks to PID 1."""
+    spec = spec_for("daemon", cwd=tmp_path)
+    spec = SpawnSpec(**{**spec.__dict__, "subreaper": False})
+    proc = await ManagedProcess.spawn(spec, task_group)
+    (daemon,) = await ready_pids(proc)
+    try:
+        report, _ = await tear_down(proc, eof=0.3)
+        assert report.quiescent  # it never saw the daemon...
+        assert alive(daemon)  # ...which is still running, adopted by PID 1
+        assert psutil.Process(daemon).ppid() != os.getpid()
+    finally:
+        psutil.Process(daemon).kill()
+        psutil.Process(daemon).wait(5)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "arg", "facts"),
+    [
+        ("exit", "3", ExitFacts(3, None)),
+        ("exit", "0", ExitFacts(0, None)),
+        ("signal", "SIGSEGV", ExitFacts(None, "SIGSEGV")),
+        ("signal", "SIGKILL", ExitFacts(None, "SIGKILL")),
+    ],
+)
+async def test_exit_code_and_signal_are_observed_separately(
+    tmp_path: Path, task_group: TaskGroup, behaviour: str, arg: str, facts: ExitFacts
+) -> None:
+    proc = await ManagedProcess.spawn(spec_for(behaviour, arg, cwd=tmp_path), task_group)
+    assert await proc.wait_exit() == facts
+    report, _ = await tear_down(proc)
+    assert report.exit == facts
+    assert report.quiescent
+
+
+async def test_missing_command_fails_to_spawn(tmp_path: Path, task_group: TaskGroup) -> None:
+    spec = SpawnSpec(argv=[str(tmp_path / "no-such-program")], cwd=tmp_path, env={}, run_tag="x")
+    with pytest.raises(SpawnFailed):
+        await ManagedProcess.spawn(spec, task_group)
+
+
+async def test_vanished_cwd_fails_to_spawn(tmp_path: Path, task_group: TaskGroup) -> None:
+    with pytest.raises(SpawnFailed):
+        await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path / "gone"), task_group)
+
+
+async def test_stderr_flood_is_drained_with_a_bounded_tail(
+    tmp_path: Path, task_group: TaskGroup, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="supervisor")
+    spec = spec_for("stderr-flood", str(50 * 1024 * 1024), cwd=tmp_path, stderr=StderrMode.LOG)
+    proc = await ManagedProcess.spawn(spec, task_group)
+    await ready_pids(proc)  # the child got all 50 MiB out: nothing blocked it
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+    assert 0 < len(proc.stderr_tail) <= spec.stderr_tail_bytes
+    assert any("stderr: xxxx" in r.getMessage() for r in caplog.records)
+
+
+async def test_environment_is_scrubbed_and_layered(
+    tmp_path: Path, task_group: TaskGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMBIENT_API_KEY", "ambient-secret")
+    monkeypatch.setenv("DSH_HOME", "/ambient")
+    monkeypatch.setenv("PLAIN_SETTING", "kept")
+    monkeypatch.setenv("DROP_ME", "x")
+    names = "AMBIENT_API_KEY,DSH_HOME,PLAIN_SETTING,DROP_ME,CHILD_TOKEN," + RUN_TAG_VARIABLE
+    spec = spec_for(
+        "print-env", names, cwd=tmp_path, env={"CHILD_TOKEN": "explicit", "DROP_ME": None}
+    )
+    proc = await ManagedProcess.spawn(spec, task_group)
+    lines = [(await proc.stdout.readline()).decode().strip() for _ in range(6)]
+    await ready_pids(proc)
+    assert lines == [
+        "AMBIENT_API_KEY=<unset>",
+        "DSH_HOME=<unset>",
+        "PLAIN_SETTING=kept",
+        "DROP_ME=<unset>",
+        "CHILD_TOKEN=explicit",
+        f"{RUN_TAG_VARIABLE}={spec.run_tag}",
+    ]
+    await tear_down(proc)
+
+
+async def test_child_runs_in_the_given_cwd(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("pwd", cwd=tmp_path), task_group)
+    assert (await proc.stdout.readline()).decode().strip() == str(tmp_path)
+    await ready_pids(proc)
+    await tear_down(proc)
+
+
+async def test_force_kill_skips_the_graces(tmp_path: Path, task_group: TaskGroup) -> None:
+    proc = await ManagedProcess.spawn(spec_for("trap-term", cwd=tmp_path), task_group)
+    await ready_pids(proc)
+
+    async def second_ctrl_c() -> None:  # runs once teardown waits in its first grace
+        proc.force_kill()
+
+    task_group.start_soon(second_ctrl_c)
+    report, trail = await tear_down(proc, eof=3600, term=3600)
+    assert report == TeardownReport(quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"))
+    assert [e.event for e in trail.entries] == ["stdin_closed", "kill_forced", "tree_exited"]
+
+
+class _UnkillableTree(PsutilTree):
+    """The one path no real process takes: a descendant that outlives SIGKILL.
+
+    It reports a real sleeping process as part of the tree and drops every signal to it.
+    """
+
+    def __init__(self, phantom: psutil.Process) -> None:
+        self.phantom = phantom
+
+    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
+        return [*super().snapshot(root_pid, run_tag), self.phantom]
+
+    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
+        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
+
+
+async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_group: TaskGroup) -> None:
+    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        tree = _UnkillableTree(psutil.Process(phantom.pid))
+        proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, tree=tree), task_group)
+        await ready_pids(proc)
+        report, trail = await tear_down(proc, eof=0.1, term=0.1, kill_wait=0.2)
+        assert not report.quiescent
+        assert report.survivors == (phantom.pid,)
+        assert report.exit == ExitFacts(0, None)
+        assert trail.entries[-1].target == "survived"
+    finally:
+        phantom.kill()
+        phantom.wait()
