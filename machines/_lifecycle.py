@@ -128,7 +128,8 @@ def common_rows(
     """The rows every provider shares.
 
     * a failed or aborted start rolls back from any startup stage into ``teardown``;
-    * a local cancellation settles the run from any running stage;
+    * a local cancellation, or a failure without a finer fact, settles the run from
+      any running stage;
     * ``dispose`` moves a settled run into ``teardown``; the tree is then gone or not.
     """
     rows: list[Row] = []
@@ -137,6 +138,7 @@ def common_rows(
         rows.append(("start_aborted", stage, teardown))
     for stage in running:
         rows.append(("cancelled", stage, SETTLED))
+        rows.append(("failed", stage, SETTLED))
     rows.append(("dispose_requested", SETTLED, teardown))
     rows.append(("tree_gone", teardown, QUIESCENT))
     rows.append(("tree_survived", teardown, LEAKED))

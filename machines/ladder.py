@@ -29,9 +29,7 @@ class TeardownLadder(StateChart["TeardownLadder"]):
     eof_grace_expired = eof_wait.to(term_wait)
     term_grace_expired = term_wait.to(kill_wait)
     kill_forced = running.to(kill_wait) | eof_wait.to(kill_wait) | term_wait.to(kill_wait)
-    tree_exited = (
-        running.to(gone) | eof_wait.to(gone) | term_wait.to(gone) | kill_wait.to(gone)
-    )
+    tree_exited = running.to(gone) | eof_wait.to(gone) | term_wait.to(gone) | kill_wait.to(gone)
     kill_wait_expired = kill_wait.to(survived)
 
     RUNGS: ClassVar[tuple[str, ...]] = ("eof-wait", "term-wait", "kill-wait")

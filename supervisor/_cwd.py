@@ -34,7 +34,5 @@ def resolve_run_cwd(configured: Path | None, parent_cwd: Path | None) -> Path:
     if configured is not None:
         return configured
     if parent_cwd is None:
-        raise CwdError(
-            "no working directory for the child: configure cwd or pass the parent's parent_cwd"
-        )
+        raise CwdError("no working directory for the child: configure cwd or pass the parent's parent_cwd")
     return check_directory(Path(parent_cwd), "parent cwd")

@@ -122,9 +122,7 @@ class FailureFacts:
         ):
             raise ValueError("HTTP status is a Codex fact, an integer 0..65535")
         has_exit = self.exit_code is not None or self.signal is not None
-        if has_exit and not (
-            self.category in vocab.exit_categories or self.stage in vocab.teardown_stages
-        ):
+        if has_exit and not (self.category in vocab.exit_categories or self.stage in vocab.teardown_stages):
             raise ValueError("exit facts belong on process-exit/process or teardown lines only")
         if self.signal is not None and not (self.signal.startswith("SIG") and self.signal[3:].isalnum()):
             raise ValueError("signal must be a signal name")

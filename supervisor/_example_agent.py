@@ -24,8 +24,9 @@ Directives: a line of the task text that is exactly one of these is obeyed and l
 - ``@permission KIND``: before answering, ask ``session/request_permission`` for a tool call of ACP
   kind KIND (sent verbatim, so an out-of-vocabulary kind can be tried) that would write
   ``subagent-example.txt`` into the session cwd, offering ``allow-once`` (allow_once),
-  ``allow-always`` (allow_always) and ``reject-once`` (reject_once). The answer is reported as text;
-  an allow option writes the file; a ``cancelled`` outcome ends the turn ``cancelled``.
+  ``allow-always`` (allow_always) and ``reject-once`` (reject_once). The answer is reported as text
+  after the reply; an allow option writes the file; a ``cancelled`` outcome (what a client's reject
+  policy sends) ends the turn ``cancelled``.
 - ``@slow MS``: wait MS milliseconds between streamed chunks (a cancel interrupts the wait).
 - ``@stop REASON``: end the turn with stop reason REASON, verbatim (e.g. ``max_tokens``,
   ``refusal``, ``max_turn_requests``, or an out-of-vocabulary value).
@@ -40,6 +41,7 @@ at the end of a turn: cancel, then exit, then fail, then stop.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -76,21 +78,18 @@ class Directives:
         self.exit_code: int | None = None
 
     def apply(self, name: str, value: str | None) -> bool:
-        """Apply one directive; False (nothing changed) when its value is malformed."""
+        """Apply one directive; False (and nothing changed) when its value is malformed."""
+        number = int(value) if value is not None and value.isdigit() else None
         if name == "fail" and value in (None, "0", "1"):
             self.fail = value != "0"
-        elif value is None or name == "fail":
-            return False
-        elif name == "permission":
+        elif name == "permission" and value:
             self.permission = value
-        elif name == "stop":
+        elif name == "stop" and value:
             self.stop = value
-        elif not value.isdigit():
-            return False
-        elif name == "slow":
-            self.slow_ms = int(value)
-        elif int(value) <= 255:
-            self.exit_code = int(value)
+        elif name == "slow" and number is not None:
+            self.slow_ms = number
+        elif name == "exit" and number is not None and number <= 255:
+            self.exit_code = number
         else:
             return False
         return True
@@ -104,15 +103,10 @@ class Directives:
                 directives.apply(name, value)
         return directives
 
-    def copy(self) -> Directives:
-        clone = Directives()
-        clone.__dict__.update(self.__dict__)
-        return clone
-
 
 def parse_task(text: str, defaults: Directives) -> tuple[str, Directives]:
     """Split the task text into the text to echo and the turn's directives."""
-    directives = defaults.copy()
+    directives = copy.copy(defaults)
     kept: list[str] = []
     for line in text.splitlines():
         match = _DIRECTIVE.fullmatch(line.strip())

@@ -113,9 +113,17 @@ class Registry:
 
         Leaving while the run is still in flight is a local cancellation.
         """
-        async with anyio.create_task_group() as tg:
-            run = await self.start(name, request, task_group=tg, abort=abort, trace=trace)
-            try:
-                yield run
-            finally:
-                await run.dispose()
+        provider = self.check(name, request)
+        run = provider.create_run(request, trace=trace)
+        try:
+            async with anyio.create_task_group() as tg:
+                await run.start(tg, abort)
+                try:
+                    yield run
+                finally:
+                    await run.dispose()
+        except BaseExceptionGroup as group:
+            # The task group wraps what its body raised; callers expect the error itself.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from group.exceptions[0].__cause__
+            raise

@@ -207,9 +207,7 @@ async def test_environment_is_scrubbed_and_layered(
     monkeypatch.setenv("PLAIN_SETTING", "kept")
     monkeypatch.setenv("DROP_ME", "x")
     names = "AMBIENT_API_KEY,DSH_HOME,PLAIN_SETTING,DROP_ME,CHILD_TOKEN," + RUN_TAG_VARIABLE
-    spec = spec_for(
-        "print-env", names, cwd=tmp_path, env={"CHILD_TOKEN": "explicit", "DROP_ME": None}
-    )
+    spec = spec_for("print-env", names, cwd=tmp_path, env={"CHILD_TOKEN": "explicit", "DROP_ME": None})
     proc = await ManagedProcess.spawn(spec, task_group)
     lines = [(await proc.stdout.readline()).decode().strip() for _ in range(6)]
     await ready_pids(proc)
@@ -261,7 +259,7 @@ class _UnkillableTree(PsutilTree):
 
 
 async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_group: TaskGroup) -> None:
-    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: ASYNC220
     try:
         tree = _UnkillableTree(psutil.Process(phantom.pid))
         proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, tree=tree), task_group)
