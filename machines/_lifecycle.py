@@ -36,6 +36,22 @@ BOOKKEEPING_STATES = (SETTLED, QUIESCENT, LEAKED)
 Row = tuple[str, str, str]
 
 
+class _StageTracker:
+    """Listener that remembers the stages entered (kept off the chart so diagrams stay clean)."""
+
+    def __init__(self, stages: tuple[str, ...]) -> None:
+        self.stages = stages
+        self.current: str | None = None
+        self.entered: list[str] = []
+
+    def on_enter_state(self, target: Any) -> None:
+        name: str = target.name
+        if name in self.stages:
+            self.current = name
+            if name not in self.entered:
+                self.entered.append(name)
+
+
 class Lifecycle(StateChart["Lifecycle"]):
     """Base of every generated provider lifecycle chart."""
 
@@ -45,17 +61,9 @@ class Lifecycle(StateChart["Lifecycle"]):
     STAGES: ClassVar[tuple[str, ...]] = ()
     TABLE: ClassVar[tuple[Row, ...]] = ()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._stage: str | None = None
-        self._stages_entered: list[str] = []
-        super().__init__(*args, **kwargs)
-
-    def on_enter_state(self, target: Any) -> None:
-        name: str = target.name
-        if name in self.STAGES:
-            self._stage = name
-            if name not in self._stages_entered:
-                self._stages_entered.append(name)
+    def __init__(self, *, listeners: list[Any] | None = None) -> None:
+        self._tracker = _StageTracker(self.STAGES)
+        super().__init__(listeners=[self._tracker, *(listeners or [])])
 
     @property
     def state_name(self) -> str:
@@ -67,13 +75,13 @@ class Lifecycle(StateChart["Lifecycle"]):
     @property
     def stage(self) -> str:
         """The last stage entered (bookkeeping states do not change it)."""
-        assert self._stage is not None, "a lifecycle always starts in a stage"
-        return self._stage
+        assert self._tracker.current is not None, "a lifecycle always starts in a stage"
+        return self._tracker.current
 
     @property
     def stages_entered(self) -> tuple[str, ...]:
         """Stage names in the order first entered, without repeats."""
-        return tuple(self._stages_entered)
+        return tuple(self._tracker.entered)
 
     def allows(self, event: str) -> bool:
         """Whether ``event`` has a transition from the active state."""

@@ -99,6 +99,23 @@ class SpawnSpec:
             raise ValueError("argv must name a program")
 
 
+class _ExitNotifyingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol plus a notification the moment the child is reaped.
+
+    ``Process.wait()`` returns only once every pipe is closed as well, which never
+    happens while a descendant holds stdout, or once a reader stopped reading.  The
+    exit itself is what the supervisor must observe, so it listens for it here.
+    """
+
+    def __init__(self, exited: anyio.Event, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=2**16, loop=loop)
+        self._exited = exited
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self._exited.set()
+
+
 class LineReader:
     """Bounded NDJSON framing over a byte stream: no frame may exceed ``max_frame_bytes``.
 
@@ -168,8 +185,11 @@ class ManagedProcess:
             StderrMode.LOG: asyncio.subprocess.PIPE,
             StderrMode.DISCARD: asyncio.subprocess.DEVNULL,
         }[spec.stderr]
+        loop = asyncio.get_running_loop()
+        exited = anyio.Event()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitNotifyingProtocol(exited, loop),
                 *spec.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -180,15 +200,18 @@ class ManagedProcess:
             )
         except (OSError, ValueError) as exc:
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
         managed = cls(proc, spec)
-        task_group.start_soon(managed._watch_exit)
+        task_group.start_soon(managed._watch_exit, exited)
         if proc.stderr is not None:
             task_group.start_soon(managed._drain_stderr, proc.stderr)
         return managed
 
-    async def _watch_exit(self) -> None:
-        returncode = await self._proc.wait()
+    async def _watch_exit(self, exited: anyio.Event) -> None:
+        await exited.wait()
+        returncode = self._proc.returncode
+        assert returncode is not None
         ASYNCIO_CHILDREN.discard(self.pid)
         self._exit = ExitFacts.from_returncode(returncode)
         self._exited.set()
@@ -304,8 +327,7 @@ class ManagedProcess:
         if self._exit is None:
             survivors = (self.pid, *survivors)
         quiescent = event == "tree_exited"
-        if quiescent:
-            self._close_transport()
+        self._close_transport()
         return TeardownReport(quiescent=quiescent, rung=rung, exit=self._exit, survivors=survivors)
 
     def _close_transport(self) -> None:

@@ -85,6 +85,8 @@ class ProviderRun(ABC):
         self._dispose_error: TeardownFailed | None = None
         self._quiescent: bool | None = None
         self._remove_abort: Callable[[], None] = lambda: None
+        self._output_arrived = anyio.Event()
+        self._remote_cancel_done: anyio.Event | None = None
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -107,6 +109,19 @@ class ProviderRun(ABC):
         """None until disposed; then whether the whole tree was proven gone."""
         return self._quiescent
 
+    async def output_arrived(self) -> None:
+        """Return once the child has sent some answer text (or the run has settled)."""
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def settled() -> None:
+                    await self._settled.wait()
+                    scope.cancel()
+
+                tg.start_soon(settled)
+                await self._output_arrived.wait()
+                scope.cancel()
+
     async def result(self) -> SubagentResult:
         """The settled result.  Never raises for a child-level failure."""
         await self._settled.wait()
@@ -123,7 +138,8 @@ class ProviderRun(ABC):
             self.machine.send("cancelled")
         self._drive_scope.cancel()
         if self._task_group is not None:
-            self._task_group.start_soon(self._best_effort_remote_cancel)
+            self._remote_cancel_done = anyio.Event()
+            self._task_group.start_soon(self._best_effort_remote_cancel, self._remote_cancel_done)
 
     async def dispose(self) -> None:
         """Reach whole-tree quiescence or raise :class:`TeardownFailed`.  Idempotent."""
@@ -200,6 +216,10 @@ class ProviderRun(ABC):
     def failure(self, category: str, **facts: object) -> FailureFacts:
         """Facts for a failure in the current stage."""
         return FailureFacts(self.label, self.stage, category, **facts)  # type: ignore[arg-type]
+
+    def note_output(self) -> None:
+        """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""
+        self._output_arrived.set()
 
     @property
     def cancelled_locally(self) -> bool:
@@ -296,12 +316,14 @@ class ProviderRun(ABC):
             self.machine.send("failed")
         self._settle(result)
 
-    async def _best_effort_remote_cancel(self) -> None:
-        with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
-            try:
+    async def _best_effort_remote_cancel(self, done: anyio.Event) -> None:
+        try:
+            with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
                 await self._remote_cancel()
-            except Exception as exc:
-                log.debug("run %s: remote cancel failed: %r", self.id, exc)
+        except Exception as exc:
+            log.debug("run %s: remote cancel failed: %r", self.id, exc)
+        finally:
+            done.set()
 
     # -- teardown ---------------------------------------------------------------------
 
@@ -311,6 +333,9 @@ class ProviderRun(ABC):
         if self.machine.allows(event):
             self.machine.send(event)
         report: TeardownReport | None = None
+        if self._remote_cancel_done is not None:  # let the protocol's cancel go out first
+            with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
+                await self._remote_cancel_done.wait()
         try:
             await self._before_ladder()
         except Exception as exc:  # a polite shutdown is best effort; the ladder still runs

@@ -259,7 +259,7 @@ class _UnkillableTree(PsutilTree):
 
 
 async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_group: TaskGroup) -> None:
-    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: ASYNC220
+    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         tree = _UnkillableTree(psutil.Process(phantom.pid))
         proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, tree=tree), task_group)

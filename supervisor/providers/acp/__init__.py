@@ -1,0 +1,50 @@
+"""The ``acp`` provider: any Agent Client Protocol agent as a supervised child.
+
+The parent side imports the ``acp`` SDK lazily, only once an ACP run needs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from machines import TransitionSink
+from supervisor._config import CommandConfig
+from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+
+EXAMPLE_AGENT = Path(__file__).resolve().parent.parent.parent / "_example_agent.py"
+
+
+class Config(CommandConfig):
+    """Keys of an ``acp`` provider entry."""
+
+    permission: Literal["reject", "allow"] = "reject"
+    authenticate: str | None = None
+
+
+def example_agent_config(**keys: object) -> Config:
+    """The built-in keyless example agent (stdlib only, so it starts in ~30 ms)."""
+    return Config(command=sys.executable, args=["-I", str(EXAMPLE_AGENT)], **keys)  # type: ignore[arg-type]
+
+
+class Provider:
+    """Runs ``config.command`` as an ACP agent for each request."""
+
+    inherits_parent_context = False
+
+    def __init__(self, config: Config, name: str | None = None) -> None:
+        self.config = config
+        self.name = name or config.name or "acp"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return NO_CAPABILITIES
+
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> AcpRun:
+        return AcpRun(provider_name=self.name, config=self.config, request=request, trace=trace)
+
+
+from supervisor.providers.acp._run import AcpRun  # noqa: E402  (the run needs Config's module)
+
+__all__ = ("AcpRun", "Config", "Provider", "example_agent_config")

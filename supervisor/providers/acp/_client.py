@@ -1,0 +1,131 @@
+"""The parent's side of ACP: an unattended client and a raw-frame observer.
+
+The client advertises no capabilities, keeps only ``agent_message_chunk`` text, and
+answers permission requests by policy, recording the closed facts of the latest
+decision.  The observer keeps the raw results of ``session/new`` and
+``session/prompt``: the SDK rejects an out-of-vocabulary stop reason or a missing
+session id during validation, and the provider must classify those itself without
+ever copying the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from acp import RequestError
+from acp.connection import StreamDirection, StreamEvent
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    DeniedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    TextContentBlock,
+    ToolCallUpdate,
+)
+
+from supervisor._diagnostic import acp_permission_line
+
+ALLOW_KINDS = ("allow_once", "allow_always")
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionFact:
+    policy: str
+    kind: str | None
+    decision: str
+
+    def line(self) -> str:
+        return acp_permission_line(policy=self.policy, kind=self.kind, decision=self.decision)
+
+
+class OutputBuffer:
+    """The child's answer text, capped at ``limit`` UTF-8 bytes (the rest is dropped)."""
+
+    def __init__(self, limit: int) -> None:
+        self._parts: list[str] = []
+        self._room = limit
+        self.truncated = False
+
+    def add(self, text: str) -> None:
+        if self._room <= 0:
+            self.truncated = self.truncated or bool(text)
+            return
+        data = text.encode("utf-8")
+        if len(data) > self._room:
+            text = data[: self._room].decode("utf-8", "ignore")
+            self.truncated = True
+        self._room -= len(text.encode("utf-8"))
+        self._parts.append(text)
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
+class UnattendedClient:
+    """The ``acp.Client`` the provider hands to the SDK."""
+
+    def __init__(self, *, policy: str, output: OutputBuffer, on_output: Callable[[], None]) -> None:
+        self.policy = policy
+        self.output = output
+        self._on_output = on_output
+        self.session_id: str | None = None
+        self.permission: PermissionFact | None = None
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if session_id != self.session_id or not isinstance(update, AgentMessageChunk):
+            return
+        if isinstance(update.content, TextContentBlock):
+            self.output.add(update.content.text)
+            self._on_output()
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        chosen = None
+        if self.policy == "allow":
+            chosen = next((o for o in options if o.kind in ALLOW_KINDS), None)
+        self.permission = PermissionFact(
+            policy=self.policy, kind=tool_call.kind, decision="allowed" if chosen else "denied"
+        )
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
+        )
+
+    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("fs/read_text_file")
+
+    async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found("fs/write_text_file")
+
+
+class FrameObserver:
+    """Keeps the raw ``result`` of the requests whose values the provider classifies."""
+
+    WATCHED = ("session/new", "session/prompt")
+
+    def __init__(self) -> None:
+        self._methods: dict[object, str] = {}
+        self.results: dict[str, object] = {}
+
+    def __call__(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING:
+            if message.get("method") in self.WATCHED and "id" in message:
+                self._methods[message["id"]] = message["method"]
+            return
+        method = self._methods.pop(message.get("id"), None) if "method" not in message else None
+        if method is not None and "result" in message:
+            self.results[method] = message["result"]
+
+    def raw_stop_reason(self) -> object:
+        result = self.results.get("session/prompt")
+        return result.get("stopReason") if isinstance(result, dict) else None
+
+    def has_session_id(self) -> bool:
+        result = self.results.get("session/new")
+        return isinstance(result, dict) and isinstance(result.get("sessionId"), str)

@@ -1,0 +1,277 @@
+"""One ACP run over the supervisor's own process and streams (never ``spawn_agent_process``)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import anyio
+from pydantic import ValidationError
+
+from machines.acp import AcpLifecycle
+from supervisor._cwd import CwdError, resolve_run_cwd
+from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
+from supervisor._env import child_environment
+from supervisor._process import (
+    ExitFacts,
+    FrameTooLarge,
+    LineReader,
+    ManagedProcess,
+    SpawnFailed,
+    SpawnSpec,
+    TeardownReport,
+)
+from supervisor._run import ProviderRun, StepFailed
+from supervisor._seam import StopReason, SubagentResult
+
+if TYPE_CHECKING:
+    from acp.client.connection import ClientSideConnection
+
+    from supervisor.providers.acp import Config
+    from supervisor.providers.acp._client import FrameObserver, UnattendedClient
+
+log = logging.getLogger("supervisor")
+
+CLIENT_NAME = "subagent-supervisor"
+CLOSE_TIMEOUT = 1.0
+
+# ACP stop reason -> (shared stop reason, failure line facts or None)
+_STOP_REASONS: dict[str, tuple[StopReason, str | None]] = {
+    "end_turn": (StopReason.COMPLETED, None),
+    "max_tokens": (StopReason.MAX_TOKENS, None),
+    "refusal": (StopReason.REFUSAL, None),
+    "cancelled": (StopReason.ABORTED, None),
+    "max_turn_requests": (StopReason.ERROR, "remote-limit"),
+}
+
+
+class AcpRun(ProviderRun):
+    label = ProviderLabel.ACP
+    lifecycle = AcpLifecycle
+
+    config: Config
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._conn: ClientSideConnection | None = None
+        self._client: UnattendedClient | None = None
+        self._observer: FrameObserver | None = None
+        self._session_id: str | None = None
+        self._stdout_closed = anyio.Event()
+        self._frame_too_large = False
+
+    # -- start --------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        config = self.config
+        try:
+            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
+        except CwdError as exc:
+            raise StepFailed(self.failure("configuration")) from exc
+        spec = SpawnSpec(
+            argv=[config.command, *config.args],
+            cwd=cwd,
+            env=child_environment(config.env, remove=config.env_remove, run_tag=self.id),
+            run_tag=self.id,
+            stderr=config.stderr,
+            stderr_tail_bytes=config.stderr_tail_bytes,
+            subreaper=config.subreaper,
+        )
+        try:
+            self.process = await ManagedProcess.spawn(spec, self.task_group)
+        except SpawnFailed as exc:
+            self.fact("spawn_failed")
+            raise StepFailed(self.failure("process-start")) from exc
+        acp = await _import_acp()
+        from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
+
+        reader = asyncio.StreamReader(limit=2**16)
+        self.task_group.start_soon(self._pump, reader)
+        self._client = UnattendedClient(
+            policy=config.permission, output=OutputBuffer(config.max_output_bytes), on_output=self.note_output
+        )
+        self._observer = FrameObserver()
+        self._conn = acp.connect_to_agent(
+            self._client, self.process.stdin, reader, observers=[self._observer]
+        )
+        try:
+            await self._conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=acp.schema.ClientCapabilities(),
+                client_info=acp.schema.Implementation(name=CLIENT_NAME, version=_version()),
+            )
+        except Exception as exc:
+            raise StepFailed(await self._startup_failure(exc)) from exc
+        if config.authenticate is not None:
+            try:
+                await self._conn.authenticate(method_id=config.authenticate)
+            except acp.RequestError as exc:
+                raise StepFailed(self.failure("protocol")) from exc
+            except Exception as exc:
+                raise StepFailed(await self._startup_failure(exc)) from exc
+        self.fact("initialize_answered")
+        try:
+            session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
+        except ValidationError as exc:
+            raise StepFailed(self.failure("protocol")) from exc
+        except Exception as exc:
+            raise StepFailed(await self._startup_failure(exc)) from exc
+        if not self._observer.has_session_id():
+            raise StepFailed(self.failure("protocol"))
+        self._session_id = self._client.session_id = session.session_id
+        self.fact("session_created")
+
+    async def _startup_failure(self, exc: BaseException) -> FailureFacts:
+        """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""
+        if self._frame_too_large or isinstance(exc, ValidationError):
+            return self.failure("protocol")
+        exit_facts = await self._exit_within_grace()
+        if exit_facts is not None:
+            return self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
+        return self.failure("transport")
+
+    async def _exit_within_grace(self) -> ExitFacts | None:
+        """The child's exit facts if its stdout closed and it exits within the grace, else None.
+
+        A child that is still talking (it answered with an error) is not waited for.
+        """
+        assert self.process is not None
+        if not self._stdout_closed.is_set():
+            return self.process.exit_facts
+        return await self.process.wait_exit(within=self.config.term_grace)
+
+    async def _pump(self, reader: asyncio.StreamReader) -> None:
+        """Bounded framing in front of the SDK: a frame over ``max_frame_bytes`` ends the stream."""
+        assert self.process is not None
+        lines = LineReader(self.process.stdout, self.config.max_frame_bytes)
+        try:
+            while (line := await lines.read_line()) is not None:
+                if line.lstrip()[:1] == b"{":  # the SDK's reader chokes on non-object JSON
+                    reader.feed_data(line + b"\n")
+                elif line.strip():
+                    log.debug("run %s: dropped a non-object line from the ACP child", self.id)
+        except FrameTooLarge:
+            log.warning("run %s: ACP frame over %d bytes", self.id, self.config.max_frame_bytes)
+            self._frame_too_large = True
+        finally:
+            reader.feed_eof()
+            self._stdout_closed.set()
+
+    # -- prompt -------------------------------------------------------------------------
+
+    async def _drive(self) -> SubagentResult:
+        assert self._conn is not None
+        assert self._session_id is not None
+        acp = await _import_acp()
+        try:
+            response = await self._conn.prompt(
+                session_id=self._session_id, prompt=[acp.text_block(self.request.task)]
+            )
+        except ValidationError as exc:
+            # Only an out-of-vocabulary stop reason maps to the "unknown" row; any
+            # other malformed result is a protocol failure.  The value is never copied.
+            log.info("run %s: malformed prompt result", self.id, exc_info=exc)
+            raw = self._raw_stop_reason()
+            return self._stop_result(raw if raw is not None and raw not in _STOP_REASONS else None)
+        except Exception as exc:
+            log.warning("run %s: prompt failed", self.id, exc_info=exc)
+            return await self._prompt_failure()
+        return self._stop_result(str(response.stop_reason))
+
+    def _raw_stop_reason(self) -> str | None:
+        assert self._observer is not None
+        raw = self._observer.raw_stop_reason()
+        return raw if isinstance(raw, str) else None
+
+    def _stop_result(self, stop_reason: str | None) -> SubagentResult:
+        """Map a terminal stop reason; ``None`` means the result itself was malformed."""
+        permission = self._permission_line()
+        if stop_reason is None:
+            self.fact("prompt_failed")
+            return self._error(self._line(self.failure_at("prompt", "protocol"), permission))
+        self.fact("stop_reason_received")
+        mapped, category = _STOP_REASONS.get(stop_reason, (StopReason.ERROR, "unknown"))
+        if mapped is StopReason.COMPLETED:
+            return SubagentResult(output=self._output(), stop_reason=mapped)
+        if category is None:
+            return SubagentResult(output=self._output(), stop_reason=mapped, diagnostic=permission)
+        reason = "max_turn_requests" if category == "remote-limit" else "unknown"
+        facts = self.failure_at("prompt", category, stop_reason=reason)
+        return SubagentResult(
+            output=self._output(), stop_reason=mapped, diagnostic=self._line(facts, permission)
+        )
+
+    async def _prompt_failure(self) -> SubagentResult:
+        permission = self._permission_line()
+        if self._frame_too_large:
+            self.fact("prompt_failed")
+            return self._error(self._line(self.failure("protocol"), permission))
+        exit_facts = await self._exit_within_grace()
+        if exit_facts is None:
+            self.fact("prompt_failed")
+            return self._error(self._line(self.failure("transport"), permission))
+        self.fact("child_exited")
+        line = self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
+        self.fact("exit_observed")
+        return self._error(self._line(line, permission))
+
+    def failure_at(self, stage: str, category: str, **facts: object) -> FailureFacts:
+        return FailureFacts(self.label, stage, category, **facts)  # type: ignore[arg-type]
+
+    def _error(self, diagnostic: str | None) -> SubagentResult:
+        return SubagentResult(output=self._output(), stop_reason=StopReason.ERROR, diagnostic=diagnostic)
+
+    @staticmethod
+    def _line(facts: FailureFacts, permission: str | None) -> str | None:
+        return join_lines(facts.line(), permission)
+
+    def _permission_line(self) -> str | None:
+        if self._client is None or self._client.permission is None:
+            return None
+        return self._client.permission.line()
+
+    def _output(self) -> str:
+        return "" if self._client is None else self._client.output.text()
+
+    # -- cancel and teardown ------------------------------------------------------------
+
+    async def _remote_cancel(self) -> None:
+        if self._conn is not None and self._session_id is not None:
+            await self._conn.cancel(session_id=self._session_id)
+
+    async def _after_ladder(self) -> None:
+        if self._conn is not None:
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                await self._conn.close()
+
+    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
+        exit_facts = report.exit if report is not None else None
+        if exit_facts is None:
+            return FailureFacts(self.label, "teardown", "unknown")
+        return FailureFacts(
+            self.label,
+            "teardown",
+            "process-exit",
+            exit_code=exit_facts.exit_code,
+            signal=exit_facts.signal,
+        )
+
+
+async def _import_acp() -> ModuleType:
+    """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
+    if "acp" not in sys.modules:
+        await anyio.to_thread.run_sync(importlib.import_module, "acp")
+    return importlib.import_module("acp")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("subagent-supervisor")
+    except PackageNotFoundError:
+        return "0"
