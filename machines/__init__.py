@@ -6,6 +6,9 @@ is a chart of its own.  ``ALL_MACHINES`` is what ``diagrams/`` is generated from
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from machines._audit import AuditTrail as AuditTrail
 from machines._audit import Transition as Transition
 from machines._audit import TransitionSink as TransitionSink
@@ -17,6 +20,27 @@ from machines._lifecycle import build_lifecycle as build_lifecycle
 from machines._lifecycle import common_rows as common_rows
 from machines.ladder import TeardownLadder as TeardownLadder
 
+_MACHINE_MODULES = ("ladder", "acp", "dsh_sdk", "claude_code", "codex")
+
+
+def all_machines() -> dict[str, tuple[type[Any], ...]]:
+    """Every machine to draw, by short module name (``acp`` -> ``AcpLifecycle``, ...)."""
+    found: dict[str, tuple[type[Any], ...]] = {}
+    for short in _MACHINE_MODULES:
+        name = f"machines.{short}"
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # a provider whose machine is not written yet
+            if exc.name != name:
+                raise
+            continue
+        declared = getattr(module, "MACHINES", None)
+        if declared is None:
+            declared = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Lifecycle)]
+        found[short] = tuple(cls for cls in declared if cls is not Lifecycle)
+    return found
+
+
 __all__ = (
     "LEAKED",
     "QUIESCENT",
@@ -26,6 +50,7 @@ __all__ = (
     "TeardownLadder",
     "Transition",
     "TransitionSink",
+    "all_machines",
     "build_lifecycle",
     "common_rows",
 )

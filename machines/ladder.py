@@ -40,3 +40,6 @@ class TeardownLadder(StateChart["TeardownLadder"]):
         (state,) = self.configuration
         name: str = state.name
         return name
+
+
+MACHINES = (TeardownLadder,)

@@ -1,0 +1,374 @@
+"""``subagents``: run one supervised subagent from the command line.
+
+Exit status: 0 completed; 1 any other result or a failed start; 2 a usage or
+configuration error found before anything spawned; 130 local cancellation (Ctrl-C or
+``--timeout``); 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from machines import Transition
+from supervisor._abort import AbortSignal
+from supervisor._cli_config import ConfigError, Entry, load_file
+from supervisor._consumers import headline
+from supervisor._cwd import CwdError, check_directory
+from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
+from supervisor._registry import Registry
+from supervisor._run import ProviderRun
+from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor.providers import KINDS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+PROG = "subagents"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one line, exit 2
+        raise ConfigError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run one task in a supervised child agent")
+    run.add_argument("--provider", metavar="NAME", help="the config entry to use (default: the first)")
+    run.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
+    run.add_argument("--cwd", metavar="DIR", help="the child's working directory (default: here)")
+    run.add_argument("--permission", choices=("reject", "allow"), help="acp: answer permission requests")
+    run.add_argument("--env", metavar="K=V", action="append", default=[], help="extra child environment")
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
+    run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
+    run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
+    run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
+
+    diagrams = commands.add_parser("diagrams", help="regenerate (or check) the lifecycle diagrams")
+    diagrams.add_argument("--check", action="store_true", help="fail if a committed diagram is stale")
+    diagrams.add_argument("--out", metavar="DIR", type=Path, help="where the diagrams live")
+    diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
+
+    commands.add_parser("providers", help="list provider kinds and their capabilities")
+    return parser
+
+
+# -- run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    entry: Entry
+    overrides: dict[str, Any]
+    task: str
+    parent_cwd: Path
+
+
+def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
+    task = sys.stdin.read() if args.task == "-" else args.task
+    if not task.strip():
+        raise ConfigError("the task is blank")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ConfigError("--timeout must be a positive number of seconds")
+    parent_cwd = Path.cwd()
+    overrides: dict[str, Any] = {}
+    if args.cwd is not None:
+        try:
+            overrides["cwd"] = check_directory(Path(os.path.abspath(args.cwd)), "--cwd")
+        except CwdError as exc:
+            raise ConfigError(str(exc)) from None
+    if args.config is not None:
+        entries = load_file(args.config)
+        if args.provider is None:
+            entry = entries[0]
+        else:
+            matches = [e for e in entries if e.name == args.provider]
+            if not matches:
+                names = ", ".join(e.name for e in entries)
+                raise ConfigError(f"{args.config}: no provider named {args.provider!r} (have: {names})")
+            entry = matches[0]
+    else:
+        if args.provider not in (None, "acp"):
+            raise ConfigError("--provider needs --config (without it the provider is acp)")
+        from supervisor.providers.acp import EXAMPLE_AGENT
+
+        keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
+        entry = Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=parent_cwd)
+    if command:
+        if entry.kind not in ("acp", "dsh-sdk"):
+            raise ConfigError(f"-- COMMAND applies to acp and dsh-sdk entries, not {entry.kind}")
+        overrides.update(command=command[0], args=command[1:])
+    if args.permission is not None:
+        if entry.kind != "acp":
+            raise ConfigError(f"--permission applies to acp entries, not {entry.kind}")
+        overrides["permission"] = args.permission
+    if args.env:
+        env = dict(entry.keys.get("env") or {})
+        for item in args.env:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise ConfigError(f"--env expects K=V, got {item!r}")
+            env[name] = value
+        overrides["env"] = env
+    overrides["stderr"] = "inherit" if args.verbose else entry.keys.get("stderr", "log")
+    return _Plan(entry=entry, overrides=overrides, task=task, parent_cwd=parent_cwd)
+
+
+@dataclass
+class _Interruption:
+    """Why the run was cancelled locally, if it was."""
+
+    cause: str | None = None  # "SIGINT", "SIGTERM", "timeout"
+    count: int = 0
+    runs: list[ProviderRun] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_TERMINATED if self.cause == "SIGTERM" else EXIT_INTERRUPTED
+
+
+class _Progress:
+    """Stage progress on stderr: one live line on a TTY, plain lines otherwise."""
+
+    def __init__(self, stream: TextIO, *, enabled: bool, stages: Sequence[str]) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._tty = stream.isatty()
+        self._stages = stages
+        self._shown: str | None = None
+        self.show(stages[0])
+
+    def transition(self, entry: Transition) -> None:
+        if entry.target in self._stages:
+            self.show(entry.target)
+
+    def show(self, stage: str) -> None:
+        if not self._enabled or stage == self._shown:
+            return
+        self._shown = stage
+        if self._tty:
+            self._stream.write(f"\r\033[K{PROG}: {stage}")
+        else:
+            self._stream.write(f"{PROG}: {stage}\n")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._enabled and self._tty and self._shown is not None:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+
+
+async def _run(plan: _Plan, args: argparse.Namespace) -> int:
+    config = plan.entry.build(plan.overrides)
+    provider = plan.entry.provider(config)
+    registry = Registry()
+    registry.register(provider)
+    request = SubagentRequest(task=plan.task, parent_cwd=plan.parent_cwd)
+    registry.check(provider.name, request)
+
+    def on_transition(entry: Transition) -> None:
+        if args.trace:
+            record = {
+                "run_id": entry.run_id,
+                "event": entry.event,
+                "source": entry.source,
+                "target": entry.target,
+            }
+            sys.stderr.write(json.dumps(record) + "\n")
+            sys.stderr.flush()
+        progress.transition(entry)
+
+    run = provider.create_run(request, trace=on_transition)
+    progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.machine.STAGES)
+    abort = AbortSignal()
+    interruption = _Interruption(runs=[run])
+    result: SubagentResult | None = None
+    start_error: SubagentError | None = None
+    teardown_error: TeardownFailed | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, abort, interruption)
+        if args.timeout is not None:
+            tg.start_soon(_timeout, args.timeout, abort, interruption)
+        try:
+            await run.start(tg, abort)
+        except (StartFailed, StartAborted) as exc:
+            start_error = exc
+        else:
+            result = await run.result()
+            try:
+                await run.dispose()
+            except TeardownFailed as exc:
+                teardown_error = exc
+        tg.cancel_scope.cancel()
+    progress.done()
+    return _report(plan, args, run, result, start_error, teardown_error, interruption)
+
+
+async def _watch_signals(abort: AbortSignal, interruption: _Interruption) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            interruption.count += 1
+            if interruption.cause is None:
+                interruption.cause = signal.Signals(signum).name
+                abort.abort()
+            elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces
+                for run in interruption.runs:
+                    run.force_kill()
+
+
+async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interruption) -> None:
+    await anyio.sleep(seconds)
+    if interruption.cause is None:
+        interruption.cause = "timeout"
+        abort.abort()
+
+
+def _report(
+    plan: _Plan,
+    args: argparse.Namespace,
+    run: ProviderRun,
+    result: SubagentResult | None,
+    start_error: SubagentError | None,
+    teardown_error: TeardownFailed | None,
+    interruption: _Interruption,
+) -> int:
+    if start_error is not None:
+        diagnostic = start_error.diagnostic if isinstance(start_error, StartFailed) else None
+        status = EXIT_FAILED
+        if isinstance(start_error, StartAborted):
+            status = interruption.exit_status
+    else:
+        assert result is not None
+        diagnostic = result.diagnostic
+        if result.stop_reason == StopReason.COMPLETED:
+            status = EXIT_OK
+        elif result.stop_reason == StopReason.ABORTED and run.cancelled_locally and interruption.cause:
+            status = interruption.exit_status
+        else:
+            status = EXIT_FAILED
+    if teardown_error is not None:
+        status = EXIT_FAILED if status == EXIT_OK else status
+    exit_facts = run.exit_facts
+    if args.json:
+        document = {
+            "run_id": run.id,
+            "provider": plan.entry.name,
+            "kind": plan.entry.kind,
+            "started": start_error is None,
+            "stop_reason": None if result is None else result.stop_reason,
+            "output": "" if result is None else result.output,
+            "diagnostic": diagnostic,
+            "stages": list(run.machine.stages_entered),
+            "exit_code": None if exit_facts is None else exit_facts.exit_code,
+            "signal": None if exit_facts is None else exit_facts.signal,
+            "quiescent": bool(run.quiescent),
+            "audit": run.audit.as_dicts(),
+        }
+        if teardown_error is not None:
+            document["teardown"] = teardown_error.diagnostic
+        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        return status
+    if result is not None and result.output:
+        sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
+    if start_error is not None:
+        sys.stderr.write(f"{PROG}: {start_error}\n")
+    elif result is not None and result.stop_reason != StopReason.COMPLETED:
+        sys.stderr.write(f"{PROG}: {headline(result.stop_reason)}\n")
+        if diagnostic:
+            sys.stderr.write(f"Diagnostic: {diagnostic}\n")
+    if teardown_error is not None:
+        sys.stderr.write(f"{PROG}: teardown failed\nDiagnostic: {teardown_error.diagnostic}\n")
+    return status
+
+
+# -- other commands -----------------------------------------------------------------------
+
+
+def _diagrams(args: argparse.Namespace) -> int:
+    from supervisor import _diagrams
+
+    out = args.out or _diagrams.DEFAULT_DIR
+    if args.check:
+        stale = _diagrams.stale(out)
+        if stale:
+            sys.stderr.write(f"{PROG}: stale diagrams in {out}: {', '.join(stale)} (run `{PROG} diagrams`)\n")
+            return EXIT_FAILED
+        print(f"diagrams in {out} are current")
+        return EXIT_OK
+    for path in _diagrams.write(out):
+        print(path)
+    if args.svg is not None:
+        try:
+            for path in _diagrams.write_svg(args.svg):
+                print(path)
+        except (RuntimeError, ImportError) as exc:
+            sys.stderr.write(f"{PROG}: {exc}\n")
+            return EXIT_FAILED
+    return EXIT_OK
+
+
+def _providers() -> int:
+    capabilities = "none (outputSchema, depthLimit, toolFilter, persona and agentOptions are rejected)"
+    for kind in KINDS.values():
+        extra = f"; needs the `{kind.extra}` extra" if kind.extra else ""
+        print(f"{kind.kind:<12} {kind.label} child{extra}")
+        print(f"{'':<12} capabilities: {capabilities}")
+    return EXIT_OK
+
+
+def _configure_logging(verbose: bool) -> None:
+    logger = logging.getLogger("supervisor")
+    logger.propagate = False
+    if verbose:
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG} [%(levelname)s] %(message)s"))
+        logger.setLevel(logging.DEBUG)
+    else:  # raw failures hold child text: they stay out of a plain run's output
+        handler = logging.NullHandler()
+    logger.addHandler(handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in arguments:
+        split = arguments.index("--")
+        arguments, command = arguments[:split], arguments[split + 1 :]
+        if not command:
+            return _usage("-- must be followed by a command")
+    try:
+        args = _parser().parse_args(arguments)
+        if args.command == "diagrams":
+            return _diagrams(args)
+        if args.command == "providers":
+            return _providers()
+        if command and args.command != "run":
+            return _usage("-- COMMAND is only for `run`")
+        plan = _plan(args, command)
+        _configure_logging(args.verbose)
+        return anyio.run(_run, plan, args, backend="asyncio")
+    except ConfigError as exc:
+        return _usage(str(exc))
+    except SubagentError as exc:  # e.g. an unsupported capability: rejected before spawning
+        return _usage(str(exc))
+
+
+def _usage(message: str) -> int:
+    sys.stderr.write(f"{PROG}: {message}\n")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

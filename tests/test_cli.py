@@ -1,0 +1,381 @@
+"""The ``subagents`` CLI as a user runs it: a real process, real children, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CHILDREN, PYTHON
+
+ACP_CHILD = [PYTHON, "-I", str(CHILDREN / "acp_child.py")]
+
+
+def subagents(
+    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor._cli", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return document
+
+
+def test_the_first_command_a_new_user_types(tmp_path: Path) -> None:
+    proc = subagents("run", "say hello", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Hello!")
+    assert "subagents: initialize\n" in proc.stderr
+
+
+def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
+    proc = subagents("run", "--json", "say hello", cwd=tmp_path)
+    assert proc.returncode == 0
+    doc = as_json(proc)
+    assert set(doc) == {
+        "run_id",
+        "provider",
+        "kind",
+        "started",
+        "stop_reason",
+        "output",
+        "diagnostic",
+        "stages",
+        "exit_code",
+        "signal",
+        "quiescent",
+        "audit",
+    }
+    assert doc["provider"] == doc["kind"] == "acp"
+    assert doc["started"] is True
+    assert doc["stop_reason"] == "completed"
+    assert doc["diagnostic"] is None
+    assert doc["stages"] == ["initialize", "new-session", "prompt", "teardown"]
+    assert (doc["exit_code"], doc["signal"], doc["quiescent"]) == (0, None, True)
+    assert doc["audit"][0] == {**doc["audit"][0], "event": "initialize_answered", "source": "initialize"}
+    assert all(set(t) == {"event", "source", "target", "t"} for t in doc["audit"])
+
+
+def test_failing_child_after_publication(tmp_path: Path) -> None:
+    proc = subagents(
+        "run",
+        "--json",
+        "--env",
+        "ACP_CHILD_EXIT_AT=prompt",
+        "--env",
+        "ACP_CHILD_EXIT_CODE=4",
+        "t",
+        "--",
+        *ACP_CHILD,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    doc = as_json(proc)
+    assert doc["stop_reason"] == "error"
+    assert doc["output"] == "hello from acp_child"
+    assert (
+        doc["diagnostic"]
+        == "Subagent failure (provider: ACP; stage: process; category: process-exit; exit code: 4)"
+    )
+    assert (doc["exit_code"], doc["signal"]) == (4, None)
+
+
+def test_failed_start_still_prints_the_document(tmp_path: Path) -> None:
+    proc = subagents(
+        "run", "--json", "--env", "ACP_CHILD_MISSING_SESSION_ID=1", "t", "--", *ACP_CHILD, cwd=tmp_path
+    )
+    assert proc.returncode == 1
+    doc = as_json(proc)
+    assert doc["started"] is False
+    assert doc["stop_reason"] is None
+    assert doc["output"] == ""
+    assert doc["diagnostic"] == "Subagent failure (provider: ACP; stage: new-session; category: protocol)"
+    assert doc["quiescent"] is True
+
+
+def test_human_output_puts_the_diagnostic_on_stderr(tmp_path: Path) -> None:
+    proc = subagents("run", "--env", "ACP_CHILD_STOP=max_turn_requests", "t", "--", *ACP_CHILD, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout == "hello from acp_child\n"
+    assert proc.stderr.endswith(
+        "subagents: subagent run failed\nDiagnostic: Subagent failure (provider: ACP; stage: prompt; "
+        "category: remote-limit; stop reason: max_turn_requests)\n"
+    )
+
+
+def test_task_from_stdin(tmp_path: Path) -> None:
+    proc = subagents("run", "--json", "-", cwd=tmp_path, stdin="from stdin\n")
+    assert as_json(proc)["output"] == "Hello! You asked: from stdin"
+
+
+def test_trace_streams_transitions_as_json_lines(tmp_path: Path) -> None:
+    proc = subagents("run", "--trace", "say hello", cwd=tmp_path)
+    records = [json.loads(line) for line in proc.stderr.splitlines()]
+    assert [r["event"] for r in records][:2] == ["initialize_answered", "session_created"]
+    assert records[-1]["target"] == "quiescent"
+
+
+def test_cwd_flag_sets_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    proc = subagents(
+        "run",
+        "--json",
+        "--cwd",
+        "ws",
+        "--env",
+        "ACP_CHILD_ECHO_CWD=1",
+        "--env",
+        "ACP_CHILD_TEXT=",
+        "t",
+        "--",
+        *ACP_CHILD,
+        cwd=tmp_path,
+    )
+    ws = tmp_path / "ws"
+    assert as_json(proc)["output"] == f"cwd={ws}\nsession_cwd={ws}\n"
+
+
+@pytest.mark.parametrize("cwd", ["missing", "file"])
+def test_bad_cwd_is_a_usage_error(tmp_path: Path, cwd: str) -> None:
+    (tmp_path / "file").write_text("")
+    proc = subagents("run", "--json", "--cwd", cwd, "t", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1
+    assert "--cwd is not an accessible directory" in proc.stderr
+
+
+def test_permission_flag_overrides_the_policy(tmp_path: Path) -> None:
+    proc = subagents("run", "--json", "--permission", "allow", "make it\n@permission edit", cwd=tmp_path)
+    doc = as_json(proc)
+    assert doc["stop_reason"] == "completed"
+    assert (tmp_path / "subagent-example.txt").exists()
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agents.toml"
+    path.write_text(text)
+    return path
+
+
+def test_config_entry_picked_by_name(tmp_path: Path) -> None:
+    child = ", ".join(json.dumps(a) for a in ACP_CHILD[1:])
+    write_config(
+        tmp_path,
+        f"""
+[[provider]]
+kind = "acp"
+name = "first"
+command = {json.dumps(PYTHON)}
+args = [{child}]
+
+[[provider]]
+kind = "acp"
+name = "second"
+command = {json.dumps(PYTHON)}
+args = [{child}]
+env = {{ ACP_CHILD_TEXT = "${{GREETING}}", ACP_CHILD_ECHO_ENV = "AMBIENT_TOKEN" }}
+dispose_grace_ms = 500
+""",
+    )
+    proc = subagents(
+        "run",
+        "--json",
+        "--config",
+        "agents.toml",
+        "--provider",
+        "second",
+        "t",
+        cwd=tmp_path,
+        env={"GREETING": "hi-there", "AMBIENT_TOKEN": "must-not-pass"},
+    )
+    doc = as_json(proc)
+    assert doc["provider"] == "second"
+    assert doc["output"] == "AMBIENT_TOKEN unset\nhi-there"
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ('kind = "acp"\ncommand = "x"\ncolour = "blue"', 'provider[0] "acp": colour: unknown key'),
+        (
+            'kind = "acp"\ncommand = "x"\nargs = "not-a-list"',
+            'provider[0] "acp": args: Input should be a valid list',
+        ),
+        (
+            'kind = "acp"\ncommand = "x"\ndispose_grace_ms = 0',
+            'provider[0] "acp": dispose_grace_ms: must be a positive',
+        ),
+        (
+            'kind = "acp"\ncommand = "x"\ncwd = "no/such/dir"',
+            'provider[0] "acp": cwd: cwd is not an accessible directory',
+        ),
+        ('kind = "acp"', 'provider[0] "acp": command: required key is missing'),
+        ('kind = "rocket"', "provider[0]: kind: must be one of acp, dsh-sdk, claude-code, codex"),
+        (
+            'kind = "acp"\ncommand = "x"\nenv = { K = "${SURELY_UNSET_VAR}" }',
+            'provider[0] "acp": env.K: environment variable SURELY_UNSET_VAR is not set',
+        ),
+    ],
+)
+def test_configuration_errors_name_file_entry_and_key(tmp_path: Path, entry: str, fragment: str) -> None:
+    path = write_config(tmp_path, f"[[provider]]\n{entry}\n")
+    proc = subagents("run", "--json", "--config", str(path), "t", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert f"{path}: {fragment}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_provider_name_is_a_usage_error(tmp_path: Path) -> None:
+    write_config(tmp_path, '[[provider]]\nkind = "acp"\ncommand = "x"\n')
+    proc = subagents("run", "--config", "agents.toml", "--provider", "nope", "t", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "no provider named 'nope' (have: acp)" in proc.stderr
+
+
+def test_missing_command_is_a_start_failure(tmp_path: Path) -> None:
+    proc = subagents("run", "--json", "t", "--", str(tmp_path / "no-such-agent"), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert (
+        as_json(proc)["diagnostic"]
+        == "Subagent failure (provider: ACP; stage: process; category: process-start)"
+    )
+
+
+def test_blank_task_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subagents("run", "  ", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, "subagents: the task is blank\n")
+
+
+def test_timeout_is_a_local_cancellation(tmp_path: Path) -> None:
+    proc = subagents(
+        "run",
+        "--json",
+        "--timeout",
+        "1",
+        "t",
+        "--",
+        *ACP_CHILD,
+        cwd=tmp_path,
+        env={"ACP_CHILD_HANG": "prompt"},
+    )
+    assert proc.returncode == 130
+    doc = as_json(proc)
+    assert (doc["stop_reason"], doc["diagnostic"], doc["quiescent"]) == ("aborted", None, True)
+
+
+def test_timeout_before_publication_aborts_the_start(tmp_path: Path) -> None:
+    proc = subagents(
+        "run",
+        "--json",
+        "--timeout",
+        "1",
+        "t",
+        "--",
+        *ACP_CHILD,
+        cwd=tmp_path,
+        env={"ACP_CHILD_HANG": "initialize"},
+    )
+    assert proc.returncode == 130
+    doc = as_json(proc)
+    assert (doc["started"], doc["stop_reason"], doc["diagnostic"]) == (False, None, None)
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signals_cancel_locally_and_leave_nothing(tmp_path: Path, sig: signal.Signals, status: int) -> None:
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "t", "--", *ACP_CHILD],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "ACP_CHILD_HANG": "prompt",
+            "ACP_CHILD_TRAP_TERM": "1",
+            "ACP_CHILD_IGNORE_EOF": "1",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert cli.stderr is not None
+    for line in cli.stderr:  # wait, event-driven, for the run to be published
+        if json.loads(line)["event"] == "session_created":
+            break
+    cli.send_signal(sig)
+    out, _ = cli.communicate(timeout=60)
+    assert cli.returncode == status
+    doc = json.loads(out)
+    assert (doc["stop_reason"], doc["quiescent"]) == ("aborted", True)
+
+
+def test_second_ctrl_c_skips_the_graces(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        f'[[provider]]\nkind = "acp"\ncommand = {json.dumps(PYTHON)}\n'
+        f"args = [{', '.join(json.dumps(a) for a in ACP_CHILD[1:])}]\n"
+        "dispose_eof_grace_ms = 600000\ndispose_grace_ms = 600000\n",
+    )
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "--config", str(config), "t"],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "ACP_CHILD_HANG": "prompt",
+            "ACP_CHILD_TRAP_TERM": "1",
+            "ACP_CHILD_IGNORE_EOF": "1",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert cli.stderr is not None
+    for line in cli.stderr:
+        if json.loads(line)["event"] == "session_created":
+            cli.send_signal(signal.SIGINT)
+        if json.loads(line)["target"] == "eof-wait":  # now in a ten-minute grace
+            cli.send_signal(signal.SIGINT)
+            break
+    out, _ = cli.communicate(timeout=60)
+    assert cli.returncode == 130
+    doc = json.loads(out)
+    assert doc["signal"] == "SIGKILL"
+    assert doc["quiescent"] is True
+
+
+def test_diagrams_are_current(tmp_path: Path) -> None:
+    proc = subagents("diagrams", "--check", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_diagrams_check_catches_a_stale_file(tmp_path: Path) -> None:
+    assert subagents("diagrams", "--out", str(tmp_path), cwd=tmp_path).returncode == 0
+    (tmp_path / "acp.md").write_text("stale\n")
+    proc = subagents("diagrams", "--check", "--out", str(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "acp.md" in proc.stderr
+
+
+def test_providers_lists_the_kinds(tmp_path: Path) -> None:
+    proc = subagents("providers", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")] == [
+        "acp",
+        "dsh-sdk",
+        "claude-code",
+        "codex",
+    ]
