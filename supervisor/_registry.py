@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,6 +45,14 @@ class Provider(Protocol):
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ProviderRun:
         """A fresh, unstarted run for ``request``."""
         ...
+
+
+def require_asyncio() -> None:
+    """python-statemachine's async engine and the ACP SDK need asyncio: say so plainly."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise InvalidRequest("subagent-supervisor runs on anyio's asyncio backend only") from None
 
 
 class Registry:
@@ -96,6 +105,7 @@ class Registry:
         The caller must ``dispose()`` the returned run.
         """
         provider = self.check(name, request)
+        require_asyncio()
         run = provider.create_run(request, trace=trace)
         await run.start(task_group, abort)
         return run
@@ -114,6 +124,7 @@ class Registry:
         Leaving while the run is still in flight is a local cancellation.
         """
         provider = self.check(name, request)
+        require_asyncio()
         run = provider.create_run(request, trace=trace)
         try:
             async with anyio.create_task_group() as tg:

@@ -402,3 +402,15 @@ async def test_unregister_keeps_published_runs_valid(tmp_path: Path) -> None:
 
 def test_run_ids_never_reuse_the_child_session() -> None:
     assert re.fullmatch(r"[0-9a-f-]{36}", str(uuid.uuid4()))
+
+
+async def test_runs_on_asyncio_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-statemachine's async engine and the ACP SDK need asyncio; another backend is refused."""
+
+    def no_asyncio_loop() -> None:
+        raise RuntimeError("no running event loop")
+
+    monkeypatch.setattr("asyncio.get_running_loop", no_asyncio_loop)
+    with pytest.raises(InvalidRequest, match="runs on anyio's asyncio backend only"):
+        async with registry_with(ScriptedProvider()).run("scripted", request(tmp_path)):
+            pass

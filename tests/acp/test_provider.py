@@ -242,7 +242,9 @@ async def test_abort_while_initialize_hangs(tmp_path: Path) -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(abort_once_initialize_is_read)
-        with pytest.raises(StartAborted, match=r"^subagent request was aborted before the ACP child started$"):
+        with pytest.raises(
+            StartAborted, match=r"^subagent request was aborted before the ACP child started$"
+        ):
             async with registry.run("acp", SubagentRequest(task="t", parent_cwd=tmp_path), abort=abort):
                 pass
 
