@@ -91,6 +91,7 @@ class SpawnSpec:
     run_tag: str
     stderr: StderrMode = StderrMode.INHERIT
     stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     subreaper: bool = True
     tree: TreeBackend = field(default_factory=PsutilTree)
 
@@ -99,17 +100,50 @@ class SpawnSpec:
             raise ValueError("argv must name a program")
 
 
-class _ExitNotifyingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol plus a notification the moment the child is reaped.
+class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol plus two things the supervisor needs from the pipe layer.
 
-    ``Process.wait()`` returns only once every pipe is closed as well, which never
-    happens while a descendant holds stdout, or once a reader stopped reading.  The
-    exit itself is what the supervisor must observe, so it listens for it here.
+    * An exit notification: ``Process.wait()`` returns only once every pipe is closed
+      as well, which never happens while a descendant holds stdout, or once a reader
+      stopped reading.  The exit itself is what must be observed.
+    * The frame bound: no stdout line may exceed ``max_frame_bytes``.  Checked as the
+      bytes arrive, so whoever reads stdout (a protocol SDK included) never buffers an
+      oversized frame; past the bound the stream just ends, and ``frame_too_large``
+      says why.
     """
 
-    def __init__(self, exited: anyio.Event, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, exited: anyio.Event, loop: asyncio.AbstractEventLoop, max_frame_bytes: int) -> None:
         super().__init__(limit=2**16, loop=loop)
         self._exited = exited
+        self._max_frame = max_frame_bytes
+        self._line = 0
+        self.frame_too_large = False
+        self.stdout_ended = False
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 1 and isinstance(data, bytes):
+            if self.frame_too_large:
+                return
+            if not self._within_bound(data):
+                self.frame_too_large = self.stdout_ended = True
+                if self.stdout is not None:
+                    self.stdout.feed_eof()
+                return
+        super().pipe_data_received(fd, data)
+
+    def _within_bound(self, data: bytes) -> bool:
+        start, line = 0, self._line
+        while (newline := data.find(b"\n", start)) >= 0:
+            if line + newline - start > self._max_frame:
+                return False
+            start, line = newline + 1, 0
+        self._line = line + len(data) - start
+        return self._line <= self._max_frame
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            self.stdout_ended = True
+        super().pipe_connection_lost(fd, exc)  # a second feed_eof after a cut is harmless
 
     def process_exited(self) -> None:
         super().process_exited()
@@ -161,8 +195,9 @@ class ManagedProcess:
     :meth:`spawn`, which the run owns.
     """
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: SpawnSpec) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, spec: SpawnSpec, protocol: _ChildProtocol) -> None:
         self._proc = proc
+        self._protocol = protocol
         self._spec = spec
         self.pid = proc.pid
         self._exit: ExitFacts | None = None
@@ -189,7 +224,7 @@ class ManagedProcess:
         exited = anyio.Event()
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitNotifyingProtocol(exited, loop),
+                lambda: _ChildProtocol(exited, loop, spec.max_frame_bytes),
                 *spec.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -202,7 +237,7 @@ class ManagedProcess:
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
-        managed = cls(proc, spec)
+        managed = cls(proc, spec, protocol)
         task_group.start_soon(managed._watch_exit, exited)
         if proc.stderr is not None:
             task_group.start_soon(managed._drain_stderr, proc.stderr)
@@ -253,6 +288,16 @@ class ManagedProcess:
     def stdout(self) -> asyncio.StreamReader:
         assert self._proc.stdout is not None
         return self._proc.stdout
+
+    @property
+    def stdout_ended(self) -> bool:
+        """Whether the child's stdout has ended (closed, or cut at an oversized frame)."""
+        return self._protocol.stdout_ended
+
+    @property
+    def frame_too_large(self) -> bool:
+        """Whether stdout ended because one line exceeded ``max_frame_bytes``."""
+        return self._protocol.frame_too_large
 
     @property
     def exit_facts(self) -> ExitFacts | None:

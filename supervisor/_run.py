@@ -74,7 +74,6 @@ class ProviderRun(ABC):
         self.audit = AuditTrail(self.id, sink=trace)
         self.machine = self.lifecycle(listeners=[self.audit])
         self.process: ManagedProcess | None = None
-        self._ladder = TeardownLadder(listeners=[self.audit])
         self._task_group: TaskGroup | None = None
         self._closed = anyio.Event()
         self._result: SubagentResult | None = None
@@ -342,7 +341,7 @@ class ProviderRun(ABC):
             log.warning("run %s: protocol shutdown failed", self.id, exc_info=exc)
         if self.process is not None:
             report = await self.process.teardown(
-                self._ladder,
+                TeardownLadder(listeners=[self.audit]),  # built only when needed: charts cost ~0.4 ms
                 eof_grace=self.config.eof_grace,
                 term_grace=self.config.term_grace,
             )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 import sys
@@ -18,8 +17,6 @@ from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
 from supervisor._env import child_environment
 from supervisor._process import (
     ExitFacts,
-    FrameTooLarge,
-    LineReader,
     ManagedProcess,
     SpawnFailed,
     SpawnSpec,
@@ -61,8 +58,6 @@ class AcpRun(ProviderRun):
         self._client: UnattendedClient | None = None
         self._observer: FrameObserver | None = None
         self._session_id: str | None = None
-        self._stdout_closed = anyio.Event()
-        self._frame_too_large = False
 
     # -- start --------------------------------------------------------------------------
 
@@ -79,6 +74,7 @@ class AcpRun(ProviderRun):
             run_tag=self.id,
             stderr=config.stderr,
             stderr_tail_bytes=config.stderr_tail_bytes,
+            max_frame_bytes=config.max_frame_bytes,
             subreaper=config.subreaper,
         )
         try:
@@ -89,14 +85,12 @@ class AcpRun(ProviderRun):
         acp = await _import_acp()
         from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
 
-        reader = asyncio.StreamReader(limit=2**16)
-        self.task_group.start_soon(self._pump, reader)
         self._client = UnattendedClient(
             policy=config.permission, output=OutputBuffer(config.max_output_bytes), on_output=self.note_output
         )
         self._observer = FrameObserver()
         self._conn = acp.connect_to_agent(
-            self._client, self.process.stdin, reader, observers=[self._observer]
+            self._client, self.process.stdin, self.process.stdout, observers=[self._observer]
         )
         try:
             await self._conn.initialize(
@@ -127,7 +121,8 @@ class AcpRun(ProviderRun):
 
     async def _startup_failure(self, exc: BaseException) -> FailureFacts:
         """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""
-        if self._frame_too_large or isinstance(exc, ValidationError):
+        assert self.process is not None
+        if self.process.frame_too_large or isinstance(exc, ValidationError):
             return self.failure("protocol")
         exit_facts = await self._exit_within_grace()
         if exit_facts is not None:
@@ -140,26 +135,9 @@ class AcpRun(ProviderRun):
         A child that is still talking (it answered with an error) is not waited for.
         """
         assert self.process is not None
-        if not self._stdout_closed.is_set():
+        if not self.process.stdout_ended:
             return self.process.exit_facts
         return await self.process.wait_exit(within=self.config.term_grace)
-
-    async def _pump(self, reader: asyncio.StreamReader) -> None:
-        """Bounded framing in front of the SDK: a frame over ``max_frame_bytes`` ends the stream."""
-        assert self.process is not None
-        lines = LineReader(self.process.stdout, self.config.max_frame_bytes)
-        try:
-            while (line := await lines.read_line()) is not None:
-                if line.lstrip()[:1] == b"{":  # the SDK's reader chokes on non-object JSON
-                    reader.feed_data(line + b"\n")
-                elif line.strip():
-                    log.debug("run %s: dropped a non-object line from the ACP child", self.id)
-        except FrameTooLarge:
-            log.warning("run %s: ACP frame over %d bytes", self.id, self.config.max_frame_bytes)
-            self._frame_too_large = True
-        finally:
-            reader.feed_eof()
-            self._stdout_closed.set()
 
     # -- prompt -------------------------------------------------------------------------
 
@@ -207,7 +185,8 @@ class AcpRun(ProviderRun):
 
     async def _prompt_failure(self) -> SubagentResult:
         permission = self._permission_line()
-        if self._frame_too_large:
+        assert self.process is not None
+        if self.process.frame_too_large:
             self.fact("prompt_failed")
             return self._error(self._line(self.failure("protocol"), permission))
         exit_facts = await self._exit_within_grace()
