@@ -336,7 +336,7 @@ class ManagedProcess:
         *,
         eof_grace: float,
         term_grace: float,
-        kill_wait: float = DEFAULT_KILL_WAIT_SECONDS,
+        kill_wait: float | None = None,
     ) -> TeardownReport:
         """Stdin EOF, then SIGTERM, then SIGKILL over the whole tree.  Call it shielded.
 
@@ -360,7 +360,7 @@ class ManagedProcess:
             ladder.send("term_grace_expired")
         self.close_stdin()
         self._signal_tree(signal.SIGKILL)
-        if await self._wait_tree_gone(kill_wait):
+        if await self._wait_tree_gone(DEFAULT_KILL_WAIT_SECONDS if kill_wait is None else kill_wait):
             return self._finish(ladder, "tree_exited")
         return self._finish(ladder, "kill_wait_expired")
 

@@ -108,6 +108,11 @@ class ProviderRun(ABC):
         """None until disposed; then whether the whole tree was proven gone."""
         return self._quiescent
 
+    @property
+    def settled(self) -> bool:
+        """Whether the result has settled (it never changes afterwards)."""
+        return self._result is not None
+
     async def output_arrived(self) -> None:
         """Return once the child has sent some answer text (or the run has settled)."""
         with anyio.CancelScope() as scope:
@@ -276,10 +281,17 @@ class ProviderRun(ABC):
         return f"subagent request was aborted before the {self.label} child started"
 
     async def _host(self, *, task_status: TaskStatus[TaskGroup]) -> None:
-        async with anyio.create_task_group() as own:
-            task_status.started(own)
-            await self._closed.wait()
-            own.cancel_scope.cancel()
+        """The run's own task group, shielded until the run is closed.
+
+        The exit watcher and the readers must outlive a cancellation of the caller's
+        scope: the shielded teardown that follows needs them to prove quiescence.
+        So a started run must always be disposed (``Registry.run`` does it).
+        """
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as own:
+                task_status.started(own)
+                await self._closed.wait()
+                own.cancel_scope.cancel()
 
     async def _rollback(self, event: str) -> TeardownFailed | None:
         error: TeardownFailed | None = None

@@ -157,6 +157,6 @@ def scripted(
     env: dict[str, str | None] | None = None, *, cwd: Path | None = None, **keys: object
 ) -> ScriptedProvider:
     """A scripted provider whose child sees ``env``."""
-    settings: dict[str, object] = {"dispose_eof_grace_ms": 2000, "dispose_grace_ms": 1000, **keys}
+    settings: dict[str, object] = {"dispose_eof_grace_ms": 500, "dispose_grace_ms": 500, **keys}
     config = ScriptedConfig(env=env or {}, cwd=cwd, **settings)  # type: ignore[arg-type]
     return ScriptedProvider(config=config)

@@ -221,6 +221,7 @@ async def test_caller_cancellation_during_start_rolls_back_and_propagates(tmp_pa
         async with registry.run("scripted", request(tmp_path)):
             pytest.fail("must not publish")
     assert tg.cancel_scope.cancelled_caught
+    assert provider.events.spawned.is_set()
 
 
 async def test_local_cancel_settles_aborted_with_partial_output(tmp_path: Path) -> None:

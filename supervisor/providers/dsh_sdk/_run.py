@@ -1,0 +1,263 @@
+"""One DSH SDK run over the supervisor's own process and streams.
+
+Classification is by type only, never by message (SPEC section 3):
+
+* a startup or turn failure: :class:`DshTransportClosed` (EOF on stdout or a broken
+  stdin, whichever came first; a spawn failure too) -> ``transport``;
+  :class:`DshProtocolError` or :class:`DshRpcError` -> ``protocol``; anything else
+  -> ``unknown``; a bad cwd -> ``initialize/configuration``;
+* a turn that reached the root session's ``idle`` maps its last ``turn/end`` with
+  :func:`child_outcome`.
+
+DSH lines carry no stop-reason or exit fields.  The runtime's own words (error
+messages and data, stderr, turn-end payloads, unknown kinds) go to the host log only.
+There is no wire-level cancel: a local cancellation settles at once and the
+``shutdown`` request of the teardown disposes the runtime's sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from machines import TransitionSink
+from machines.dsh_sdk import DshSdkLifecycle
+from supervisor._cwd import CwdError, resolve_run_cwd
+from supervisor._diagnostic import FailureFacts, ProviderLabel
+from supervisor._env import child_environment
+from supervisor._process import ManagedProcess, SpawnFailed, SpawnSpec, TeardownReport
+from supervisor._run import ProviderRun, StepFailed
+from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.providers.dsh_sdk._wire import (
+    DshClient,
+    DshError,
+    DshProtocolError,
+    DshRpcError,
+    DshTransportClosed,
+    Notification,
+    TurnEnd,
+    TurnEndKind,
+    TurnProgress,
+    new_session_id,
+)
+
+if TYPE_CHECKING:
+    from supervisor.providers.dsh_sdk import Config
+
+log = logging.getLogger("supervisor")
+
+_LOGGED_CHARS: Final = 500
+
+# Turn-end kind -> (stop reason, diagnostic category or None).  ``aborted`` with cause
+# ``disposed`` and a missing turn end are handled in :func:`child_outcome`.
+_TURN_ENDS: Final[dict[TurnEndKind, tuple[StopReason, str | None]]] = {
+    TurnEndKind.COMPLETED: (StopReason.COMPLETED, None),
+    TurnEndKind.MAX_TOKENS: (StopReason.MAX_TOKENS, None),
+    TurnEndKind.ABORTED: (StopReason.ABORTED, None),
+    TurnEndKind.BLOCKED: (StopReason.REFUSAL, None),
+    TurnEndKind.ERROR: (StopReason.ERROR, "child-error"),
+    TurnEndKind.INTERRUPTED: (StopReason.ERROR, None),
+    TurnEndKind.UNKNOWN: (StopReason.ERROR, "child-unknown"),
+}
+
+
+def child_outcome(turn_end: TurnEnd | None) -> tuple[StopReason, str | None]:
+    """The stop reason and ``session-run`` category (or None) of a turn that went idle."""
+    if turn_end is None:
+        return StopReason.ERROR, "missing-terminal"
+    if turn_end.disposed:
+        return StopReason.ABORTED, "child-disposed"
+    return _TURN_ENDS[turn_end.kind]
+
+
+def failure_category(error: BaseException) -> str:
+    """The category of a wire failure, by its type alone."""
+    if isinstance(error, DshTransportClosed):
+        return "transport"
+    if isinstance(error, DshProtocolError | DshRpcError):
+        return "protocol"
+    return "unknown"
+
+
+class DshSdkRun(ProviderRun):
+    """One DSH SDK run.  As the seam says, every started run must be disposed: its
+    background group is shielded and ends only with the teardown."""
+
+    label = ProviderLabel.DSH_SDK
+    lifecycle = DshSdkLifecycle
+    teardown_stage = "shutdown"
+
+    config: Config
+
+    def __init__(
+        self,
+        *,
+        provider_name: str,
+        config: Config,
+        request: SubagentRequest,
+        trace: TransitionSink | None = None,
+        tree: TreeBackend | None = None,
+    ) -> None:
+        super().__init__(provider_name=provider_name, config=config, request=request, trace=trace)
+        self._tree = tree if tree is not None else PsutilTree()
+        self._client: DshClient | None = None
+        self._background_done = anyio.Event()
+        self._progress: TurnProgress | None = None
+        self._spliced = False
+
+    # -- start --------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        config = self.config
+        try:
+            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
+        except CwdError as exc:
+            raise StepFailed(self.failure("configuration")) from exc
+        spec = SpawnSpec(
+            argv=[config.command, *config.args],
+            cwd=cwd,
+            env=child_environment(config.env, remove=config.env_remove, run_tag=self.id),
+            run_tag=self.id,
+            stderr=config.stderr,
+            stderr_tail_bytes=config.stderr_tail_bytes,
+            subreaper=config.subreaper,
+            tree=self._tree,
+        )
+        background = await self.task_group.start(self._background)
+        try:
+            self.process = await ManagedProcess.spawn(spec, background)
+        except SpawnFailed as exc:
+            # The runtime is not running: the original's client reports this as a
+            # closed transport, and DSH has no process-start category.
+            log.warning("run %s: the DSH SDK runtime could not be started", self.id, exc_info=exc)
+            raise StepFailed(self.failure("transport")) from exc
+        client = DshClient.from_asyncio_streams(
+            self.process.stdout, self.process.stdin, max_frame_bytes=config.max_frame_bytes
+        )
+        self._client = client
+        await background.start(client.serve)
+        try:
+            await client.initialize(
+                cwd=str(cwd), provider=config.provider, model=config.model, max_tokens=config.max_tokens
+            )
+        except Exception as exc:
+            self._log_failure("initialize", exc)
+            raise StepFailed(self.failure(failure_category(exc))) from exc
+        self.fact("initialize_answered")
+
+    async def _background(self, *, task_status: TaskStatus[TaskGroup]) -> None:
+        """A task group for the exit watcher, the stderr drain and the wire reader.
+
+        It is shielded until :meth:`_after_ladder`: when the caller's scope is cancelled
+        (before publication, or while the run is in flight) the shielded teardown still
+        needs the reader (for the ``shutdown`` answer) and the exit watcher (to see the
+        tree go).  Without the shield they would die with the caller's scope and the
+        ladder could never prove quiescence.
+        """
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as group:
+                task_status.started(group)
+                await self._background_done.wait()
+                group.cancel_scope.cancel()
+
+    # -- session-run --------------------------------------------------------------------
+
+    async def _drive(self) -> SubagentResult:
+        client = self._client
+        assert client is not None
+        progress = self._progress = TurnProgress(max_output_bytes=self.config.max_output_bytes)
+        try:
+            outcome = await client.run_turn(
+                self.request.task,
+                session_id=new_session_id(),
+                progress=progress,
+                on_notification=self._observe,
+            )
+        except Exception as exc:
+            self._log_failure("session-run", exc)
+            if isinstance(exc, DshTransportClosed):
+                self.fact("transport_closed")
+            elif isinstance(exc, DshRpcError):
+                self.fact("error_answered")
+            elif isinstance(exc, DshProtocolError):
+                self.fact("protocol_violated")
+            # else: the base settles the machine with ``failed``
+            return self._settlement(StopReason.ERROR, failure_category(exc))
+        self.fact("root_idle")
+        turn_end = outcome.turn_end
+        if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:
+            log.info(
+                "run %s: the DSH SDK runtime ended the turn with an unknown kind %.*r",
+                self.id,
+                _LOGGED_CHARS,
+                turn_end.raw_kind,
+            )
+        stop_reason, category = child_outcome(turn_end)
+        return self._settlement(stop_reason, category)
+
+    def _observe(self, note: Notification) -> None:
+        """Sees every notification of the session tree from the prompt's inbox receipt on."""
+        if not self._spliced:
+            self._spliced = True
+            self.fact("prompt_spliced")
+        if self._progress is not None and self._progress.output:
+            self.note_output()
+
+    def _settlement(self, stop_reason: StopReason, category: str | None) -> SubagentResult:
+        diagnostic = None if category is None else self.failure(category).line()
+        return SubagentResult(output=self._output(), stop_reason=stop_reason, diagnostic=diagnostic)
+
+    def _output(self) -> str:
+        return "" if self._progress is None else self._progress.output
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    async def _before_ladder(self) -> None:
+        """The ``shutdown`` request, bounded by ``shutdown_timeout_ms``; a failure is only logged."""
+        client = self._client
+        if client is None or client.failure is not None:
+            return  # never spawned, or the wire is already gone: the ladder does the rest
+        try:
+            await client.shutdown(self.config.shutdown_timeout)
+        except DshError as exc:
+            self._log_failure("shutdown", exc)
+            return
+        if self.machine.allows("shutdown_acknowledged"):
+            self.machine.send("shutdown_acknowledged")
+
+    async def _after_ladder(self) -> None:
+        self._background_done.set()
+
+    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
+        # DSH lines never carry exit fields, not even on the shutdown line.
+        return FailureFacts(self.label, self.teardown_stage, "unknown")
+
+    # -- host log -----------------------------------------------------------------------
+
+    def _log_failure(self, step: str, error: BaseException) -> None:
+        """The raw failure, for the host log only (never for a result or an error's text)."""
+        if isinstance(error, DshRpcError):
+            log.warning(
+                "run %s: %s: the DSH SDK runtime answered %s with JSON-RPC error %d: %.*r (data: %.*r)",
+                self.id,
+                step,
+                error.method,
+                error.code,
+                _LOGGED_CHARS,
+                error.message,
+                _LOGGED_CHARS,
+                error.data,
+            )
+        else:
+            log.warning("run %s: %s failed: %r", self.id, step, error, exc_info=error)
+        tail = self.process.stderr_tail if self.process is not None else b""
+        if tail and isinstance(error, DshTransportClosed):
+            log.info(
+                "run %s: the DSH SDK runtime's stderr tail:\n%s",
+                self.id,
+                tail.decode("utf-8", "replace"),
+            )
