@@ -197,7 +197,7 @@ class RunMachine(RuleBasedStateMachine):
         ignore_eof=st.booleans(),
     )
     def start(self, answer: str, ignore_eof: bool) -> ProviderRun:
-        env = {"LINE_AGENT_ANSWER": answer, "LINE_AGENT_STDERR": SECRET}
+        env: dict[str, str | None] = {"LINE_AGENT_ANSWER": answer, "LINE_AGENT_STDERR": SECRET}
         if ignore_eof:
             env["LINE_AGENT_IGNORE_EOF"] = "1"
         provider = scripted(env, stderr="log", dispose_eof_grace_ms=100, dispose_grace_ms=100)
