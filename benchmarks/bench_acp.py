@@ -40,7 +40,7 @@ async def raw_sdk(cwd: Path) -> float:
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
-    conn = acp.connect_to_agent(_Quiet(), proc.stdin, proc.stdout)
+    conn = acp.connect_to_agent(_Quiet(), proc.stdin, proc.stdout)  # type: ignore[arg-type]
     await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
     await conn.new_session(cwd=str(cwd), mcp_servers=[])
     elapsed = time.perf_counter() - started

@@ -34,6 +34,11 @@ def spec(behaviour: str) -> SpawnSpec:
     )
 
 
+def _stamp(loop: asyncio.AbstractEventLoop, pidfd: int, stamps: list[float]) -> None:
+    stamps.append(time.perf_counter())
+    loop.remove_reader(pidfd)
+
+
 async def eof_exit_to_dispose(runs: int) -> list[float]:
     samples = []
     loop = asyncio.get_running_loop()
@@ -43,11 +48,12 @@ async def eof_exit_to_dispose(runs: int) -> list[float]:
             await proc.stdout.readline()  # "ready"
             pidfd = os.pidfd_open(proc.pid)
             exited_at: list[float] = []
-            loop.add_reader(pidfd, lambda: exited_at.append(time.perf_counter()) or loop.remove_reader(pidfd))
+            loop.add_reader(pidfd, _stamp, loop, pidfd, exited_at)
             report = await proc.teardown(TeardownLadder(), eof_grace=5, term_grace=5)
             done = time.perf_counter()
             os.close(pidfd)
-            assert report.quiescent and exited_at
+            assert report.quiescent
+            assert exited_at
             samples.append(done - exited_at[0])
             tg.cancel_scope.cancel()
     return samples
@@ -62,7 +68,8 @@ async def term_trapper_ratio(runs: int, eof: float, term: float) -> list[float]:
             started = time.perf_counter()
             report = await proc.teardown(TeardownLadder(), eof_grace=eof, term_grace=term)
             ratios.append((time.perf_counter() - started) / (eof + term))
-            assert report.quiescent and report.rung == "kill-wait"
+            assert report.quiescent
+            assert report.rung == "kill-wait"
             tg.cancel_scope.cancel()
     return ratios
 
