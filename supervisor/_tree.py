@@ -22,6 +22,7 @@ import ctypes
 import errno
 import logging
 import os
+import select
 import signal
 from collections.abc import Iterable
 from typing import Protocol
@@ -71,11 +72,27 @@ def run_tag_of(proc: psutil.Process) -> str | None:
 
 
 def is_gone(proc: psutil.Process) -> bool:
-    """Gone or a zombie: it will never run again."""
+    """Whether every thread of the process has exited (it may still await reaping).
+
+    A zombie *status* is not enough: a thread-group leader that exited before its
+    other threads shows as a zombie while those threads still run.  The pidfd says
+    it right: it becomes readable only once the whole thread group is gone.
+    """
     try:
-        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        if not proc.is_running():
+            return True
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
     except psutil.Error:
         return True
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except OSError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    finally:
+        os.close(fd)
 
 
 def reap_if_our_zombie(pid: int) -> bool:
@@ -152,7 +169,7 @@ def reap_strays() -> None:
 
 
 def open_pidfd(proc: psutil.Process) -> int | None:
-    """A pidfd for ``proc`` if it is still the same live process, else None."""
+    """A pidfd for ``proc`` if it is still the same process, else None."""
     try:
         fd = os.pidfd_open(proc.pid)
     except OSError as exc:
@@ -160,7 +177,11 @@ def open_pidfd(proc: psutil.Process) -> int | None:
             return None
         raise
     # The pid may have been reused between the snapshot and pidfd_open.
-    if is_gone(proc):
+    try:
+        same = proc.is_running()
+    except psutil.Error:
+        same = False
+    if not same:
         os.close(fd)
         return None
     return fd

@@ -64,7 +64,11 @@ def leftovers() -> list[psutil.Process]:
 
 def describe(proc: psutil.Process) -> str:
     try:
-        return f"{proc.pid} [{proc.status()}] {' '.join(proc.cmdline())[:120]}"
+        with proc.oneshot():
+            text = f"{proc.pid} [{proc.status()}] ppid={proc.ppid()} {proc.name()}"
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                text += " " + " ".join(proc.cmdline())[:120]
+            return text
     except psutil.Error:
         return f"{proc.pid} [gone]"
 
@@ -84,8 +88,8 @@ def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     yield
     left = [p for p in leftovers() if p.pid not in before]
+    report = "\n".join(describe(p) for p in left)
     if left:
-        report = "\n".join(describe(p) for p in left)
         clean_up(left)
         pytest.fail(f"test left processes behind:\n{report}", pytrace=False)
 

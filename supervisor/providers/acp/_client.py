@@ -77,7 +77,7 @@ class UnattendedClient:
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if session_id != self.session_id or not isinstance(update, AgentMessageChunk):
             return
-        if isinstance(update.content, TextContentBlock):
+        if isinstance(update.content, TextContentBlock) and update.content.text:
             self.output.add(update.content.text)
             self._on_output()
 

@@ -1,0 +1,159 @@
+"""The ACP provider against two real, released ACP agents, with a mock model server as the only fake.
+
+codex-acp (its native binary) and claude-agent-acp are installed by ``npm ci`` in
+``tests/`` (pinned in ``tests/package.json``); their model traffic goes to a mock on
+127.0.0.1.  The leak guard checks that every run leaves the whole tree quiescent,
+claude-agent-acp's ``claude`` grandchild included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from supervisor import Registry, StderrMode, SubagentRequest, SubagentResult
+from supervisor.providers.acp import Config, Provider
+from tests import peers
+from tests.mockmodel import Hang, HttpError, MockModelServer, Shell, Text, WriteFile
+
+pytestmark = pytest.mark.anyio
+
+MISSING = peers.missing_peers()
+if MISSING and not os.environ.get("CI"):
+    pytest.skip(
+        f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
+        allow_module_level=True,
+    )
+
+Launcher = Callable[..., peers.PeerLaunch]
+PEERS: dict[str, Launcher] = {
+    "codex-acp": peers.codex_acp_launch,
+    "claude-agent-acp": peers.claude_agent_acp_launch,
+}
+
+
+@pytest.fixture
+def server() -> Iterator[MockModelServer]:
+    with MockModelServer() as srv:
+        yield srv
+
+
+@pytest.fixture(params=sorted(PEERS))
+def launch(
+    request: pytest.FixtureRequest, server: MockModelServer, tmp_path: Path
+) -> Iterator[peers.PeerLaunch]:
+    with PEERS[request.param](server, root=tmp_path) as launched:
+        yield launched
+
+
+def config(launch: peers.PeerLaunch, **keys: object) -> Config:
+    return Config(
+        command=launch.argv[0],
+        args=launch.argv[1:],
+        env=dict(launch.env),
+        dispose_eof_grace_ms=300,  # neither agent exits on EOF once a session exists
+        dispose_grace_ms=3000,
+        stderr=StderrMode.LOG,
+        **keys,  # type: ignore[arg-type]
+    )
+
+
+async def run_task(launch: peers.PeerLaunch, task: str = "go", **keys: object) -> SubagentResult:
+    registry = Registry()
+    registry.register(Provider(config(launch, **keys)))
+    async with registry.run("acp", SubagentRequest(task=task, parent_cwd=launch.cwd)) as run:
+        result = await run.result()
+    assert run.quiescent
+    return result
+
+
+async def test_an_answer(launch: peers.PeerLaunch, server: MockModelServer) -> None:
+    server.script(Text("The answer is 42."))
+    result = await run_task(launch)
+    assert result.stop_reason == "completed"
+    assert "The answer is 42." in result.output
+    assert result.diagnostic is None
+
+
+def tool_writing(launch: peers.PeerLaunch, name: str) -> Shell | WriteFile:
+    if launch.name == "codex-acp":
+        return Shell(f"touch {name}", escalated=True)
+    return WriteFile(str(launch.cwd / name), "written by the agent")
+
+
+async def test_permission_allow_writes_the_file(launch: peers.PeerLaunch, server: MockModelServer) -> None:
+    server.script(tool_writing(launch, "proof.txt"), Text("done"))
+    result = await run_task(launch, permission="allow")
+    assert result.stop_reason == "completed"
+    assert (launch.cwd / "proof.txt").exists()
+
+
+async def test_permission_reject(launch: peers.PeerLaunch, server: MockModelServer) -> None:
+    server.script(tool_writing(launch, "never.txt"), Text("understood"))
+    result = await run_task(launch, permission="reject")
+    assert not (launch.cwd / "never.txt").exists()
+    if launch.name == "codex-acp":  # codex-acp ends the turn; the line says why
+        assert result.stop_reason == "aborted"
+        assert (
+            result.diagnostic
+            == "ACP unattended decision (policy: reject; request: execute; decision: denied)"
+        )
+    else:  # claude-agent-acp tells the model and carries on: success shows no permission line
+        assert result.stop_reason == "completed"
+        assert result.diagnostic is None
+
+
+async def test_cancel_mid_stream(launch: peers.PeerLaunch, server: MockModelServer) -> None:
+    server.script(Hang("partial answer"))
+    registry = Registry()
+    registry.register(Provider(config(launch)))
+    async with registry.run("acp", SubagentRequest(task="go", parent_cwd=launch.cwd)) as run:
+        await run.output_arrived()
+        run.cancel()
+        result = await run.result()
+    server.release()
+    assert result.stop_reason == "aborted"
+    assert result.diagnostic is None
+    assert result.output.startswith("partial")
+    assert run.quiescent
+
+
+async def test_model_http_500_is_a_safe_failure(launch: peers.PeerLaunch, server: MockModelServer) -> None:
+    server.script(HttpError(500, message="upstream exploded: sk-live-secret"))
+    result = await run_task(launch)
+    assert result.stop_reason == "error"
+    assert result.diagnostic == "Subagent failure (provider: ACP; stage: prompt; category: transport)"
+
+
+def test_cli_json_against_codex_acp(server: MockModelServer, tmp_path: Path) -> None:
+    """The issue's acceptance line: ``subagents run --json ... -- <codex-acp binary>``."""
+    server.script(Text("hello from the mock"))
+    with peers.codex_acp_launch(server, root=tmp_path) as launched:
+        env_flags = [arg for name, value in launched.env.items() for arg in ("--env", f"{name}={value}")]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "supervisor._cli",
+                "run",
+                "--json",
+                *env_flags,
+                "say hi",
+                "--",
+                *launched.argv,
+            ],
+            cwd=launched.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["stop_reason"], doc["quiescent"]) == ("completed", True)
+    assert "hello from the mock" in doc["output"]
