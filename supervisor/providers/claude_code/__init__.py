@@ -1,0 +1,83 @@
+"""The ``claude-code`` provider: the real Claude Code CLI, driven through claude-agent-sdk.
+
+The SDK (the ``claude-code`` extra) is imported only when a provider is constructed; it
+bundles the CLI, and ``cli_path`` overrides it (the CLI is never looked up on ``PATH``).
+The supervisor owns the CLI process: the SDK reaches it only through
+:class:`~supervisor.providers.claude_code._transport.SupervisedTransport`, so no CLI ever
+starts outside the supervisor, and the SDK's own close wait is never on the way out.
+
+Unattended by construction: no session persistence; ``permission_mode`` (``dontAsk``
+by default); a ``can_use_tool`` callback that denies and records the decision (not in
+``bypassPermissions``); MCP elicitations declined; blocking dialogs cancelled;
+``AskUserQuestion`` (and ``ExitPlanMode`` in ``plan`` mode) disallowed; optional
+``max_turns``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from machines import TransitionSink
+from supervisor._errors import ConfigurationError
+from supervisor._run import ProviderRun
+from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor.providers.claude_code._command import bundled_cli
+from supervisor.providers.claude_code._config import Config, PermissionMode
+
+log = logging.getLogger("supervisor")
+
+PINNED_SDK_VERSION = "0.2.189"
+MISSING_SDK = (
+    "the claude-code provider needs claude-agent-sdk: install the claude-code extra "
+    "(pip install 'subagent-supervisor[claude-code]')"
+)
+NO_BUNDLED_CLI = (
+    "the installed claude-agent-sdk bundles no Claude Code CLI for this platform: "
+    "set cli_path to a Claude Code executable"
+)
+
+
+class Provider:
+    """Runs the Claude Code CLI for each request (``Provider(config, name=None)``)."""
+
+    inherits_parent_context = False
+
+    def __init__(self, config: Config, name: str | None = None) -> None:
+        try:
+            import claude_agent_sdk
+        except ImportError as exc:
+            raise ConfigurationError(MISSING_SDK) from exc
+        sdk_version = str(getattr(claude_agent_sdk, "__version__", "unknown"))
+        if sdk_version != PINNED_SDK_VERSION:
+            log.warning(
+                "claude-agent-sdk %s is installed; the claude-code provider is tested with %s",
+                sdk_version,
+                PINNED_SDK_VERSION,
+            )
+        cli = config.cli_path or bundled_cli(Path(claude_agent_sdk.__file__).resolve().parent)
+        if cli is None:
+            raise ConfigurationError(NO_BUNDLED_CLI)
+        self.config = config
+        self.name = name or config.name or "claude-code"
+        self.cli = cli
+        self.sdk_version = sdk_version
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return NO_CAPABILITIES
+
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ProviderRun:
+        from supervisor.providers.claude_code._run import ClaudeCodeRun
+
+        return ClaudeCodeRun(
+            provider_name=self.name,
+            config=self.config,
+            request=request,
+            trace=trace,
+            cli=self.cli,
+            sdk_version=self.sdk_version,
+        )
+
+
+__all__ = ("MISSING_SDK", "Config", "PermissionMode", "Provider")

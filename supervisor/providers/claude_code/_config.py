@@ -1,0 +1,54 @@
+"""The keys of a ``claude-code`` provider entry (pydantic at the boundary)."""
+
+from __future__ import annotations
+
+import enum
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from supervisor._config import ProviderConfig
+
+
+class PermissionMode(enum.StrEnum):
+    """The CLI's ``--permission-mode``; the four a supervised, unattended run may use."""
+
+    DONT_ASK = "dontAsk"
+    ACCEPT_EDITS = "acceptEdits"
+    PLAN = "plan"
+    BYPASS_PERMISSIONS = "bypassPermissions"
+
+
+class Config(ProviderConfig):
+    """Keys of a ``claude-code`` provider entry.
+
+    ``cli_path`` overrides the CLI bundled in the claude-agent-sdk wheel; a relative
+    path is resolved against the base directory in the validation context (the CLI
+    passes the config file's folder), and the file must exist and be executable.  The
+    supervisor never looks the CLI up on ``PATH``.
+    """
+
+    permission_mode: PermissionMode = PermissionMode.DONT_ASK
+    cli_path: Path | None = None
+    max_turns: int | None = Field(default=None, gt=0, strict=True)
+    dispose_eof_grace_ms: float = 1000
+
+    @field_validator("cli_path", mode="before")
+    @classmethod
+    def _resolve_cli_path(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str | os.PathLike) or str(value) == "":
+            raise ValueError("must be a path to the Claude Code CLI")
+        path = Path(value)
+        if not path.is_absolute():
+            base = (info.context or {}).get("base_dir")
+            if base is None:
+                raise ValueError("a relative cli_path needs a base directory")
+            path = Path(base) / path
+        path = Path(os.path.normpath(path))
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ValueError(f"is not an executable file: {path}")
+        return path

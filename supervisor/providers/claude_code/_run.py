@@ -1,0 +1,334 @@
+"""One Claude Code run: the CLI under the supervisor, driven by claude-agent-sdk's client.
+
+Start (stage ``query-start``): resolve the cwd, spawn the CLI through the supervised
+transport and complete the SDK's ``initialize`` round trip; the run is published then.
+Run (stage ``query-run``): send the task, read SDK messages until the ``result``
+message, which alone decides the outcome.  The CLI's exit observed before a result
+moves the run to stage ``process``.  The SDK is disconnected (instantly: the
+transport's ``close()`` never waits) before the supervisor's ladder takes the tree down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    PermissionResultAllow,
+    PermissionResultDeny,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    ToolPermissionContext,
+)
+
+from machines.claude_code import ClaudeCodeLifecycle
+from supervisor._cwd import CwdError, resolve_run_cwd
+from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
+from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed, SpawnSpec
+from supervisor._run import ProviderRun, StepFailed
+from supervisor._seam import StopReason, SubagentResult
+from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
+from supervisor.providers.claude_code._config import Config
+from supervisor.providers.claude_code._results import classify, read_result
+from supervisor.providers.claude_code._transport import SupervisedTransport
+
+log = logging.getLogger("supervisor")
+
+T = TypeVar("T")
+
+# Sent to the CLI (and so to the model) when a tool asks for approval.
+DENIAL_MESSAGE = "This unattended Claude Code subagent cannot request human approval."
+# Once the CLI has exited, how long its last frames may take to reach the SDK's reader.
+EXIT_DRAIN_SECONDS = 1.0
+
+
+class _Exited:
+    """The CLI's exit was observed before the awaited step finished."""
+
+
+EXITED = _Exited()
+
+
+class _BoundedText:
+    """Answer text collected so far, capped at ``limit`` UTF-8 bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._parts: list[str] = []
+        self._size = 0
+
+    def add(self, text: str) -> None:
+        if not text or self._size >= self._limit:
+            return
+        if self._parts:
+            text = "\n\n" + text
+        self._parts.append(_utf8_prefix(text, self._limit - self._size))
+        self._size += len(self._parts[-1].encode("utf-8"))
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
+def _utf8_prefix(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode("utf-8", errors="ignore")
+
+
+class ClaudeCodeRun(ProviderRun):
+    label = ProviderLabel.CLAUDE_CODE
+    lifecycle = ClaudeCodeLifecycle
+
+    def __init__(
+        self,
+        *,
+        cli: Path,
+        sdk_version: str,
+        tree: TreeBackend | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        assert isinstance(self.config, Config)
+        self._settings: Config = self.config
+        self._cli = cli
+        self._sdk_version = sdk_version
+        self._tree = tree or PsutilTree()
+        self._transport: SupervisedTransport | None = None
+        self._client: ClaudeSDKClient | None = None
+        self._partial = _BoundedText(self._settings.max_output_bytes)
+        self._permission_line: str | None = None
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        config = self._settings
+        try:
+            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
+        except CwdError as exc:
+            raise StepFailed(self.failure("unknown")) from exc
+        spec = SpawnSpec(
+            argv=cli_argv(self._cli, config),
+            cwd=cwd,
+            env=cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version),
+            run_tag=self.id,
+            stderr=config.stderr,
+            stderr_tail_bytes=config.stderr_tail_bytes,
+            subreaper=config.subreaper,
+            tree=self._tree,
+        )
+        self._transport = SupervisedTransport(
+            spec=spec,
+            task_group=self.task_group,
+            max_frame_bytes=config.max_frame_bytes,
+            on_spawned=self._spawned,
+            on_decided=self._decided,
+        )
+        self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
+        try:
+            outcome = await self._unless_exited(self._client.connect, drain=0)
+        except SpawnFailed as exc:
+            raise StepFailed(self.failure("unknown")) from exc
+        except Exception as exc:
+            raise StepFailed(await self._startup_failure()) from exc
+        if outcome is EXITED:
+            raise StepFailed(await self._startup_failure())
+        self.fact("initialized")
+
+    def _options(self) -> ClaudeAgentOptions:
+        """Only what reaches the CLI over the control protocol: the argv is built here."""
+        if asks_permission_over_stdio(self._settings.permission_mode):
+            return ClaudeAgentOptions(can_use_tool=self._can_use_tool)
+        return ClaudeAgentOptions()
+
+    def _spawned(self, process: ManagedProcess) -> None:
+        self.process = process
+
+    async def _startup_failure(self) -> FailureFacts:
+        if self._transport is not None and self._transport.stream_failure is not None:
+            return self.failure("unknown")
+        exit_facts = await self._exit_within(self.config.term_grace)
+        if exit_facts is None:
+            return self.failure("unknown")
+        self.fact("cli_exited")
+        return self.failure("process", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
+
+    async def _exit_within(self, seconds: float) -> ExitFacts | None:
+        if self.process is None:
+            return None
+        return await self.process.wait_exit(within=seconds)
+
+    # -- run ------------------------------------------------------------------------------
+
+    async def _drive(self) -> SubagentResult:
+        try:
+            outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
+        except Exception as exc:
+            log.warning("run %s: the Claude Code conversation failed", self.id, exc_info=exc)
+            return await self._without_result(raised=True)
+        if isinstance(outcome, ResultMessage):
+            return self._result_of(outcome)
+        return await self._without_result(raised=False)
+
+    async def _converse(self) -> ResultMessage | None:
+        assert self._client is not None
+        await self._client.query(self.request.task)
+        async for message in self._client.receive_response():
+            if isinstance(message, ResultMessage):
+                return message
+            self._observe(message)
+        return None
+
+    def _observe(self, message: object) -> None:
+        if isinstance(message, AssistantMessage):
+            if message.parent_tool_use_id is not None or message.error is not None:
+                return  # a sub-agent's text, or the CLI's synthetic API-error message
+            for block in message.content:
+                if isinstance(block, TextBlock) and block.text:
+                    self._partial.add(block.text)
+                    self.note_output()
+        elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
+            self._decided("tool permission", "denied")
+
+    def _result_of(self, message: ResultMessage) -> SubagentResult:
+        facts = read_result(
+            {
+                "subtype": message.subtype,
+                "is_error": message.is_error,
+                "result": message.result,
+                "permission_denials": message.permission_denials,
+            }
+        )
+        if facts is not None and facts.denied_something and self._permission_line is None:
+            self._decided("tool permission", "denied")
+        verdict = classify(facts)
+        self.fact(verdict.event)
+        if verdict.category is None:
+            assert facts is not None
+            assert facts.result is not None
+            self.note_output()
+            answer = _utf8_prefix(facts.result, self._settings.max_output_bytes)
+            return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
+        log.info(
+            "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",
+            self.id,
+            message.subtype,
+            message.is_error,
+            message.terminal_reason,
+            message.errors,
+        )
+        return self._failed(self.failure(verdict.category))
+
+    async def _without_result(self, *, raised: bool) -> SubagentResult:
+        """The stream ended (or failed) before a result message."""
+        assert self._transport is not None
+        if self._transport.stream_failure is not None:
+            return self._failed(self.failure("unknown"))
+        # A failed step may be the CLI dying (a write to a closed pipe): its exit is
+        # then observed at once.  A stream that ended is the CLI closing its output.
+        exit_facts = await self._exit_within(EXIT_DRAIN_SECONDS if raised else self.config.term_grace)
+        if exit_facts is not None:
+            self.fact("cli_exited")
+            return self._failed(
+                self.failure("process", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
+            )
+        if raised:
+            return self._failed(self.failure("unknown"))
+        self.fact("result_missing")
+        return self._failed(self.failure("invalid-result"))
+
+    def _failed(self, facts: FailureFacts) -> SubagentResult:
+        return SubagentResult(
+            output=self._output(),
+            stop_reason=StopReason.ERROR,
+            diagnostic=join_lines(facts.line(), self._permission_line),
+        )
+
+    def _output(self) -> str:
+        return self._partial.text
+
+    async def _unless_exited(self, step: Callable[[], Awaitable[T]], *, drain: float) -> T | _Exited:
+        """Run ``step``, unless the CLI's exit is observed first.
+
+        After the exit, ``step`` gets ``drain`` more seconds to finish (its last frames
+        may still be on their way: a descendant can hold stdout open long after the
+        CLI died, so end-of-stream is not waited for), then it is abandoned.
+        """
+        assert self._transport is not None
+        transport = self._transport
+        outcome: list[T] = []
+        failure: list[Exception] = []
+        done = anyio.Event()
+        exited = False
+
+        async with anyio.create_task_group() as group:
+
+            async def run_step() -> None:
+                try:
+                    outcome.append(await step())
+                except Exception as exc:
+                    failure.append(exc)
+                finally:
+                    done.set()
+                    group.cancel_scope.cancel()
+
+            async def watch_exit() -> None:
+                nonlocal exited
+                await transport.spawned.wait()
+                assert transport.process is not None
+                await transport.process.wait_exit()
+                with anyio.move_on_after(drain):
+                    await done.wait()
+                if not done.is_set():
+                    exited = True
+                    group.cancel_scope.cancel()
+
+            group.start_soon(run_step)
+            group.start_soon(watch_exit)
+
+        if failure:
+            raise failure[0]
+        if outcome:
+            return outcome[0]
+        assert exited
+        return EXITED
+
+    # -- unattended decisions -----------------------------------------------------------------
+
+    async def _can_use_tool(
+        self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
+    ) -> PermissionResultAllow | PermissionResultDeny:
+        self._decided("tool permission", "denied")
+        log.info("run %s: denied a Claude Code tool permission request", self.id)
+        return PermissionResultDeny(message=DENIAL_MESSAGE, interrupt=False)
+
+    def _decided(self, request: str, decision: str) -> None:
+        """Keep the latest unattended decision (it joins a failure's diagnostic only)."""
+        self._permission_line = claude_code_permission_line(
+            mode=str(self._settings.permission_mode), request=request, decision=decision
+        )
+
+    # -- cancel and teardown --------------------------------------------------------------------
+
+    async def _remote_cancel(self) -> None:
+        if self._client is not None and self._transport is not None and self._transport.is_ready():
+            await self._client.interrupt()
+
+    async def _before_ladder(self) -> None:
+        """Disconnect the SDK first: its close is instant here, the ladder then owns the tree."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.disconnect()
+
+    async def _after_ladder(self) -> None:
+        if self._transport is not None:
+            await self._transport.close()

@@ -1,0 +1,207 @@
+"""The SDK's transport seam, over a process the supervisor owns.
+
+claude-agent-sdk talks to the CLI through a ``Transport`` (``connect``, ``write``,
+``read_messages``, ``end_input``, ``close``, ``is_ready``).  Its default,
+``SubprocessCLITransport``, spawns the CLI itself and ends it with its own
+multi-second close wait.  This one starts the CLI only through
+:meth:`ManagedProcess.spawn` (new session, scrubbed env, run tag, tracked tree), and its
+``close()`` never waits on the process: the supervisor's ladder owns the end of the tree.
+
+A pump task in the run's task group reads stdout as bounded NDJSON frames for as long
+as the CLI writes, whether or not the SDK still listens, so the CLI never blocks on a
+full pipe.  Two kinds of control request are answered here, before the SDK sees them,
+because the SDK has no unattended answer for them: MCP elicitations are declined and
+blocking user dialogs are cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from claude_agent_sdk import CLIConnectionError, Transport
+
+from supervisor._process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
+
+log = logging.getLogger("supervisor")
+
+# Frames buffered between the pump and the SDK's reader (the SDK buffers 100 more).
+_BUFFERED_FRAMES = 64
+_DRAIN_CHUNK = 64 * 1024
+
+Decided = Callable[[str, str], None]
+"""``(request, decision)``: an unattended decision taken here, for the permission line."""
+
+
+class StreamFailure(Exception):
+    """The CLI's stdout broke framing (a frame over the bound, or a frame that is not JSON).
+
+    Its text is fixed; the raw error is ``__cause__`` (host log only).
+    """
+
+
+class SupervisedTransport(Transport):
+    """A claude-agent-sdk ``Transport`` whose CLI process belongs to the supervisor."""
+
+    def __init__(
+        self,
+        *,
+        spec: SpawnSpec,
+        task_group: TaskGroup,
+        max_frame_bytes: int,
+        on_spawned: Callable[[ManagedProcess], None],
+        on_decided: Decided,
+    ) -> None:
+        self._spec = spec
+        self._task_group = task_group
+        self._max_frame_bytes = max_frame_bytes
+        self._on_spawned = on_spawned
+        self._on_decided = on_decided
+        self._process: ManagedProcess | None = None
+        self._ready = False
+        self._closed = False
+        self._write_lock = anyio.Lock()
+        self._receive: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+        self.spawned = anyio.Event()
+        self.stream_failure: StreamFailure | None = None
+
+    @property
+    def process(self) -> ManagedProcess | None:
+        return self._process
+
+    # -- the Transport interface ------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Spawn the CLI under the supervisor.  Raises ``SpawnFailed`` if it cannot start."""
+        if self._process is not None:
+            return
+        if self._closed:
+            raise CLIConnectionError("the transport is closed")
+        process = await ManagedProcess.spawn(self._spec, self._task_group)
+        self._process = process
+        self._on_spawned(process)
+        send, self._receive = anyio.create_memory_object_stream[dict[str, Any]](_BUFFERED_FRAMES)
+        self._task_group.start_soon(self._pump, process, send)
+        self._ready = True
+        self.spawned.set()
+
+    async def write(self, data: str) -> None:
+        async with self._write_lock:
+            process = self._process
+            if not self._ready or process is None:
+                raise CLIConnectionError("the Claude Code transport is not connected")
+            stdin = process.stdin
+            if stdin.is_closing():
+                raise CLIConnectionError("the Claude Code CLI's stdin is closed")
+            try:
+                stdin.write(data.encode("utf-8"))
+                await stdin.drain()
+            except (OSError, RuntimeError) as exc:
+                self._ready = False
+                raise CLIConnectionError("could not write to the Claude Code CLI") from exc
+
+    def read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        return self._messages()
+
+    async def end_input(self) -> None:
+        async with self._write_lock:
+            if self._process is not None:
+                self._process.close_stdin()
+
+    async def close(self) -> None:
+        """Stop delivering to the SDK.  Never waits on the process: teardown is the ladder's."""
+        self._ready = False
+        self._closed = True
+        if self._receive is not None:
+            self._receive.close()
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _messages(self) -> AsyncIterator[dict[str, Any]]:
+        receive = self._receive
+        if receive is None:
+            raise CLIConnectionError("the Claude Code transport is not connected")
+        try:
+            async for message in receive:
+                yield message
+        except anyio.ClosedResourceError:
+            return
+        if self.stream_failure is not None:
+            # Raised (fixed text) so the SDK fails a pending control request at once.
+            raise self.stream_failure
+
+    async def _pump(self, process: ManagedProcess, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        reader = LineReader(process.stdout, self._max_frame_bytes)
+        broken = False
+        with send:
+            while True:
+                try:
+                    line = await reader.read_line()
+                    if line is None:
+                        return
+                    message = _decode(line)
+                except (FrameTooLarge, ValueError) as exc:
+                    failure = StreamFailure("the Claude Code CLI's output broke stream-json framing")
+                    failure.__cause__ = exc
+                    log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid, exc_info=exc)
+                    self.stream_failure = failure
+                    broken = True
+                    break
+                if message is None or await self._answered_here(message):
+                    continue
+                if not self._closed:
+                    # The SDK may have stopped listening: keep draining regardless.
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        await send.send(message)
+        if broken:
+            # Keep the pipe drained so the CLI never blocks writing; the run fails regardless.
+            while await process.stdout.read(_DRAIN_CHUNK):
+                pass
+
+    async def _answered_here(self, message: dict[str, Any]) -> bool:
+        """Answer the control requests the SDK cannot answer unattended."""
+        if message.get("type") != "control_request":
+            return False
+        request = message.get("request")
+        subtype = request.get("subtype") if isinstance(request, dict) else None
+        if subtype == "elicitation":
+            self._on_decided("MCP elicitation", "declined")
+            await self._reply(message.get("request_id"), {"action": "decline"})
+            return True
+        if subtype == "request_user_dialog":
+            self._on_decided("user dialog", "cancelled")
+            await self._reply(message.get("request_id"), {"behavior": "cancelled"})
+            return True
+        return False
+
+    async def _reply(self, request_id: object, response: dict[str, Any]) -> None:
+        if not isinstance(request_id, str):
+            return
+        frame = {
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request_id, "response": response},
+        }
+        try:
+            await self.write(json.dumps(frame) + "\n")
+        except CLIConnectionError as exc:
+            log.debug("could not answer a Claude Code control request", exc_info=exc)
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    """One stdout frame: None for a blank or non-JSON line (some builds print debug lines)."""
+    text = line.strip()
+    if not text or not text.startswith(b"{"):
+        return None
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("a stream-json frame must be an object")
+    return data
