@@ -347,6 +347,10 @@ class ManagedProcess:
         if not self._force_kill:
             ladder.send("stdin_closed")
             self.close_stdin()
+            # EOF asks the child to finish; once it is dead, what is left are orphans
+            # that will not read our stdin, so they get no EOF grace.
+            if self._exit is not None:
+                eof_grace = 0.0
             if await self._wait_tree_gone(eof_grace, interruptible=True):
                 return self._finish(ladder, "tree_exited")
             if not self._force_kill:
@@ -407,6 +411,8 @@ class ManagedProcess:
 
         An ``interruptible`` wait (a grace) ends early when :meth:`force_kill` is called.
         """
+        if within <= 0:
+            return self._exited.is_set() and not self._track()
         with anyio.move_on_after(within) as scope:
             self._grace_scope = scope if interruptible else None
             try:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -161,13 +164,10 @@ async def test_spawn_failure_is_process_start(tmp_path: Path) -> None:
     assert "missing-agent" in repr(info.value.__cause__.__cause__)  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("cwd", ["relative/dir", "missing", "file", "locked"])
+@pytest.mark.parametrize("cwd", ["relative/dir", "missing", "file"])
 async def test_bad_parent_cwd_is_a_configuration_failure_before_spawn(tmp_path: Path, cwd: str) -> None:
     (tmp_path / "file").write_text("")
-    (tmp_path / "locked").mkdir(mode=0o600)
     parent = Path(cwd) if cwd.startswith("relative") else tmp_path / cwd
-    if cwd == "locked" and psutil.Process().uids().effective == 0:
-        pytest.skip("root enters a mode-0600 directory; covered by the CLI test as non-root")
     registry = registry_with(ScriptedProvider())
     with pytest.raises(StartFailed, match=r"stage: initialize; category: configuration\)$") as info:
         async with registry.run("scripted", SubagentRequest(task="t", parent_cwd=parent)):
@@ -415,3 +415,47 @@ async def test_runs_on_asyncio_only(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(InvalidRequest, match="runs on anyio's asyncio backend only"):
         async with registry_with(ScriptedProvider()).run("scripted", request(tmp_path)):
             pass
+
+
+LOCKED_CHECK = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("cwd", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+try:
+    module.check_directory(module.Path(sys.argv[2]), "cwd")
+except module.CwdError as error:
+    print("rejected:", error)
+else:
+    print("accepted")
+"""
+
+
+def test_a_mode_0600_directory_is_not_enterable(tmp_path: Path) -> None:
+    """X_OK, not just is_dir: a mode-0600 directory cannot be a child's cwd.
+
+    Root may enter any directory, so as root the check runs as ``nobody`` (the
+    module has no dependencies and is loaded by path from a world-readable copy).
+    """
+    from supervisor import _cwd
+
+    shared = Path(tempfile.mkdtemp(prefix="cwd-check-"))
+    try:
+        shared.chmod(0o755)
+        module = shared / "cwd.py"
+        module.write_text(Path(_cwd.__file__).read_text())
+        module.chmod(0o644)
+        locked = shared / "locked"
+        locked.mkdir(mode=0o600)
+        as_root = os.geteuid() == 0
+        proc = subprocess.run(
+            ["/usr/bin/python3" if as_root else sys.executable, "-c", LOCKED_CHECK, str(module), str(locked)],
+            user=65534 if as_root else None,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.stdout.strip() == f"rejected: cwd is not an accessible directory: {locked}", proc.stderr
+    finally:
+        (shared / "locked").chmod(0o700)
+        shutil.rmtree(shared)

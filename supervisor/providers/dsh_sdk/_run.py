@@ -20,9 +20,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Final
 
-import anyio
-from anyio.abc import TaskGroup, TaskStatus
-
 from machines import TransitionSink
 from machines.dsh_sdk import DshSdkLifecycle
 from supervisor._cwd import CwdError, resolve_run_cwd
@@ -105,7 +102,6 @@ class DshSdkRun(ProviderRun):
         super().__init__(provider_name=provider_name, config=config, request=request, trace=trace)
         self._tree = tree if tree is not None else PsutilTree()
         self._client: DshClient | None = None
-        self._background_done = anyio.Event()
         self._progress: TurnProgress | None = None
         self._spliced = False
 
@@ -127,9 +123,8 @@ class DshSdkRun(ProviderRun):
             subreaper=config.subreaper,
             tree=self._tree,
         )
-        background = await self.task_group.start(self._background)
         try:
-            self.process = await ManagedProcess.spawn(spec, background)
+            self.process = await ManagedProcess.spawn(spec, self.task_group)
         except SpawnFailed as exc:
             # The runtime is not running: the original's client reports this as a
             # closed transport, and DSH has no process-start category.
@@ -139,7 +134,7 @@ class DshSdkRun(ProviderRun):
             self.process.stdout, self.process.stdin, max_frame_bytes=config.max_frame_bytes
         )
         self._client = client
-        await background.start(client.serve)
+        await self.task_group.start(client.serve)
         try:
             await client.initialize(
                 cwd=str(cwd), provider=config.provider, model=config.model, max_tokens=config.max_tokens
@@ -148,21 +143,6 @@ class DshSdkRun(ProviderRun):
             self._log_failure("initialize", exc)
             raise StepFailed(self.failure(failure_category(exc))) from exc
         self.fact("initialize_answered")
-
-    async def _background(self, *, task_status: TaskStatus[TaskGroup]) -> None:
-        """A task group for the exit watcher, the stderr drain and the wire reader.
-
-        It is shielded until :meth:`_after_ladder`: when the caller's scope is cancelled
-        (before publication, or while the run is in flight) the shielded teardown still
-        needs the reader (for the ``shutdown`` answer) and the exit watcher (to see the
-        tree go).  Without the shield they would die with the caller's scope and the
-        ladder could never prove quiescence.
-        """
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as group:
-                task_status.started(group)
-                await self._background_done.wait()
-                group.cancel_scope.cancel()
 
     # -- session-run --------------------------------------------------------------------
 
@@ -228,9 +208,6 @@ class DshSdkRun(ProviderRun):
             return
         if self.machine.allows("shutdown_acknowledged"):
             self.machine.send("shutdown_acknowledged")
-
-    async def _after_ladder(self) -> None:
-        self._background_done.set()
 
     def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
         # DSH lines never carry exit fields, not even on the shutdown line.
