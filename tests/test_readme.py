@@ -16,7 +16,10 @@ def test_ci_runs_exactly_the_readme_test_line() -> None:
     assert f"```sh\n{ci_line}\n```" in README
 
 
-def test_readme_shows_the_current_acp_diagram() -> None:
-    current = re.search(r"```mermaid\n.*?```", _diagrams.render()["acp.md"], re.S)
-    assert current is not None
-    assert current.group(0) in README
+def test_readme_shows_every_current_lifecycle_diagram() -> None:
+    for name, text in _diagrams.render().items():
+        if name == "ladder.md":
+            continue
+        current = re.search(r"```mermaid\n.*?```", text, re.S)
+        assert current is not None
+        assert current.group(0) in README, f"README lacks the current {name} diagram"
