@@ -124,21 +124,27 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         if fd == 1 and isinstance(data, bytes):
             if self.frame_too_large:
                 return
-            if not self._within_bound(data):
+            cut = self._cut_at(data)
+            if cut is not None:  # deliver the whole lines before the oversized one, then end
+                if cut:
+                    super().pipe_data_received(fd, data[:cut])
                 self.frame_too_large = self.stdout_ended = True
                 if self.stdout is not None:
                     self.stdout.feed_eof()
                 return
         super().pipe_data_received(fd, data)
 
-    def _within_bound(self, data: bytes) -> bool:
+    def _cut_at(self, data: bytes) -> int | None:
+        """None if every line stays within the bound, else where the first oversized line starts."""
         start, line = 0, self._line
         while (newline := data.find(b"\n", start)) >= 0:
             if line + newline - start > self._max_frame:
-                return False
+                return start
             start, line = newline + 1, 0
+        if line + len(data) - start > self._max_frame:
+            return start
         self._line = line + len(data) - start
-        return self._line <= self._max_frame
+        return None
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import anyio
@@ -27,10 +28,13 @@ from anyio.abc import TaskGroup, TaskStatus
 from machines import SETTLED, AuditTrail, Lifecycle, TeardownLadder, TransitionSink
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
+from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
+from supervisor._env import child_environment
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
-from supervisor._process import ExitFacts, ManagedProcess, TeardownReport
+from supervisor._process import ExitFacts, ManagedProcess, SpawnSpec, TeardownReport
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._tree import PsutilTree, TreeBackend
 
 log = logging.getLogger("supervisor")
 
@@ -66,8 +70,10 @@ class ProviderRun(ABC):
         config: ProviderConfig,
         request: SubagentRequest,
         trace: TransitionSink | None = None,
+        tree: TreeBackend | None = None,
     ) -> None:
         self.id = str(uuid.uuid4())
+        self.tree: TreeBackend = tree if tree is not None else PsutilTree()
         self.provider_name = provider_name
         self.config = config
         self.request = request
@@ -216,6 +222,34 @@ class ProviderRun(ABC):
             log.debug("run %s: late fact %r after local cancellation", self.id, event)
             return
         self.machine.send(event)
+
+    def resolve_cwd(self, *, category: str = "configuration") -> Path:
+        """The workspace: the configured cwd, else the request's parent cwd, validated now.
+
+        Neither, or an unusable one, fails the start in the current stage as ``category``
+        (the path itself goes only to ``__cause__``).
+        """
+        try:
+            return resolve_run_cwd(self.config.cwd, self.request.parent_cwd)
+        except CwdError as exc:
+            raise StepFailed(self.failure(category)) from exc
+
+    def spawn_spec(self, argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> SpawnSpec:
+        """How to spawn this run's child: the config's process keys, tagged with the run id."""
+        config = self.config
+        if env is None:
+            env = child_environment(config.env, remove=config.env_remove, run_tag=self.id)
+        return SpawnSpec(
+            argv=argv,
+            cwd=cwd,
+            env=env,
+            run_tag=self.id,
+            stderr=config.stderr,
+            stderr_tail_bytes=config.stderr_tail_bytes,
+            max_frame_bytes=config.max_frame_bytes,
+            subreaper=config.subreaper,
+            tree=self.tree,
+        )
 
     def failure(self, category: str, **facts: object) -> FailureFacts:
         """Facts for a failure in the current stage."""

@@ -15,10 +15,8 @@ from pydantic import Field
 from machines import SETTLED, TransitionSink, build_lifecycle, common_rows
 from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
-from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._env import child_environment
-from supervisor._process import LineReader, ManagedProcess, SpawnFailed, SpawnSpec
+from supervisor._process import LineReader, ManagedProcess, SpawnFailed
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._tree import PsutilTree, TreeBackend
 from tests.conftest import CHILDREN, PYTHON
@@ -49,9 +47,8 @@ class ScriptedRun(ProviderRun):
     label = ProviderLabel.ACP
     lifecycle = ScriptedLifecycle
 
-    def __init__(self, *, tree: TreeBackend, events: RunEvents, **kwargs: object) -> None:
+    def __init__(self, *, events: RunEvents, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._tree = tree
         self._events = events
         self._partial = ""
         self._reader: LineReader | None = None
@@ -59,18 +56,7 @@ class ScriptedRun(ProviderRun):
     async def _start(self) -> None:
         config = self.config
         assert isinstance(config, ScriptedConfig)
-        try:
-            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
-        except CwdError as exc:
-            raise StepFailed(self.failure("configuration")) from exc
-        spec = SpawnSpec(
-            argv=config.argv,
-            cwd=cwd,
-            env=child_environment(config.env, remove=config.env_remove, run_tag=self.id),
-            run_tag=self.id,
-            stderr=config.stderr,
-            tree=self._tree,
-        )
+        spec = self.spawn_spec(config.argv, self.resolve_cwd())
         try:
             self.process = await ManagedProcess.spawn(spec, self.task_group)
         except SpawnFailed as exc:

@@ -272,3 +272,29 @@ async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_gro
     finally:
         phantom.kill()
         phantom.wait()
+
+
+@pytest.mark.parametrize("size", [1000, 5 * 1024 * 1024])
+async def test_a_frame_over_the_bound_ends_stdout_after_the_lines_before_it(
+    tmp_path: Path, task_group: TaskGroup, size: int
+) -> None:
+    spec = spec_for("frames", str(size), cwd=tmp_path)
+    spec = SpawnSpec(**{**spec.__dict__, "max_frame_bytes": 100})
+    proc = await ManagedProcess.spawn(spec, task_group)
+    assert await proc.stdout.readline() == b"short\n"
+    assert await proc.stdout.read() == b""  # cut: the oversized line and what follows never arrive
+    assert proc.frame_too_large
+    assert proc.stdout_ended
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+
+
+async def test_frames_within_the_bound_pass_untouched(tmp_path: Path, task_group: TaskGroup) -> None:
+    spec = spec_for("frames", "100", cwd=tmp_path)
+    spec = SpawnSpec(**{**spec.__dict__, "max_frame_bytes": 100})
+    proc = await ManagedProcess.spawn(spec, task_group)
+    assert await proc.stdout.readline() == b"short\n"
+    assert await proc.stdout.readline() == b"x" * 100 + b"\n"
+    assert await proc.stdout.readline() == b"after\n"
+    assert not proc.frame_too_large
+    await tear_down(proc)

@@ -296,7 +296,9 @@ async def test_leaving_the_block_cancels_a_child_that_ignores_cancel(tmp_path: P
     async with registry.run("acp", SubagentRequest(task="t", parent_cwd=tmp_path)) as run:
         await run.output_arrived()
     result = await run.result()
-    assert result == SubagentResult(output="hello from acp_child", stop_reason="aborted")
+    assert (result.stop_reason, result.diagnostic) == ("aborted", None)
+    assert result.output
+    assert "hello from acp_child".startswith(result.output)  # the words streamed before the cancel
     assert run.quiescent
 
 

@@ -25,7 +25,8 @@ Turn content (``session/prompt``), in this order:
 - ``TEXT``: the answer, streamed word by word (default ``hello from acp_child``; set it empty for none).
 - ``SLOW_MS=n``: wait n ms before each text chunk after the first (a cancel interrupts the wait).
 - ``HUGE_LINE=n``: one stdout line of exactly n bytes before its newline: an ``agent_message_chunk``
-  padded with ``x`` text, or n bytes of ``x`` when n is too small for the envelope.
+  padded with ``x`` text, or n bytes of ``x`` when n is too small for the envelope (with ``HUGE_AT``
+  the line goes out at that stage instead).
 - ``READY_FILE=path``: written (atomically, holding the pid) once the above is on stdout.
 
 Turn end:
@@ -51,6 +52,23 @@ Failures at a stage:
   -32000 until ``authenticate`` with that id succeeded. ``AUTH_FAIL`` flag: ``authenticate`` answers
   error -32000.
 - ``GARBAGE`` flag: a non-JSON line precedes every frame written to stdout.
+- ``GARBAGE_AT=stage``: at that stage, before anything else, a burst of junk lines: text that is not
+  JSON, invalid UTF-8, a JSON array, a JSON string, ``{}`` and a response to an id nobody sent.
+- ``HALF_AT=stage`` (a request stage): the stage's answer is written only up to its middle, with no
+  newline; then ``HALF_THEN`` = ``exit`` (default: exit with ``EXIT_CODE``), ``hang`` (write nothing
+  more; stdin EOF still ends the child) or ``finish`` (the rest of the line follows in a second write).
+- ``HUGE_AT=stage``: at that stage, before its answer, one stdout line of ``HUGE_LINE`` bytes
+  (default 67108864, i.e. 64 MiB); the child then carries on as scripted.
+- ``CLOSE_STDOUT_AT=stage``: at that stage, close stdout and carry on without it (the stage is not
+  answered, nothing more is written); stdin EOF still ends the child.
+- ``CLOSE_STDIN_AT=stage``: after the stage's request was handled (at ``start``: before reading
+  anything), close stdin and stay alive without reading (a signal ends it); the parent's next write
+  finds a broken pipe.
+- ``SESSION_ID=text``: the session id ``session/new`` answers with (default
+  ``acp-child-session-<pid>-<n>``).
+- ``TOOL_TITLE=text`` and ``TOOL_RAW_INPUT=json``: the title (default ``<KIND> tool``) and the
+  ``rawInput`` (default none) of the tool call of every permission request.
+- ``QUIET_PERMISSION`` flag: the permission answers are not echoed as text.
 - ``STDERR_TEXT=text`` (plus a newline) then ``STDERR_BYTES=n`` bytes of filler lines to stderr at
   ``STDERR_AT`` (default ``start``); a blocked stderr pipe blocks the child there.
 
@@ -87,6 +105,26 @@ DEFAULT_OPTIONS: list[JsonObject] = [
     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
 ]
 GARBAGE_LINE = b"acp_child: this line is not JSON-RPC\n"
+GARBAGE_BURST = b"".join(
+    line + b"\n"
+    for line in (
+        b"acp_child: not JSON at all",
+        b"\xff\xfe\x80 invalid UTF-8",
+        b"[1, 2, 3]",
+        b'"a JSON string"',
+        b"{}",
+        b'{"jsonrpc":"2.0","id":987654,"result":{}}',
+    )
+)
+DEFAULT_HUGE_LINE = 64 * 1024 * 1024
+# The stage a request's arrival is (for CLOSE_STDIN_AT).
+REQUEST_STAGES = {
+    "initialize": "initialize",
+    "authenticate": "authenticate",
+    "session/new": "new-session",
+    "session/prompt": "prompt",
+    "session/cancel": "cancel",
+}
 _CHUNK = re.compile(r"\s*\S+\s*")
 
 
@@ -190,12 +228,18 @@ class Child:
         self._responses: dict[int, JsonObject] = {}
         self._next_id = 0
         self._authenticated = not env("AUTH_METHOD")
+        self._silent = False  # stdout closed, or a half-written frame that must stay half
 
     # wire
 
-    def send(self, message: JsonObject) -> None:
+    def send(self, message: JsonObject, stage: str | None = None) -> None:
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        if stage is not None and env("HALF_AT") == stage:
+            self.send_half(data)
+            return
         with self._out_lock:
+            if self._silent:
+                return
             try:
                 if env("GARBAGE"):
                     self._out.write(GARBAGE_LINE)
@@ -206,11 +250,36 @@ class Child:
 
     def write_raw(self, data: bytes) -> None:
         with self._out_lock:
-            self._out.write(data)
-            self._out.flush()
+            if self._silent:
+                return
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):
+                os._exit(0)
 
-    def result(self, rid: Any, result: Any) -> None:
-        self.send({"jsonrpc": "2.0", "id": rid, "result": result})
+    def send_half(self, data: bytes) -> None:
+        """HALF_AT: the first half of ``data`` without its newline, then HALF_THEN."""
+        then = env("HALF_THEN", "exit")
+        middle = len(data) // 2
+        self.write_raw(data[:middle])
+        if then == "finish":
+            time.sleep(0.02)  # let the first half reach the reader on its own
+            self.write_raw(data[middle:])
+            return
+        if then == "hang":
+            with self._out_lock:
+                self._silent = True
+            return
+        self.exit(int(env("EXIT_CODE", "1")))
+
+    def close_stdout(self) -> None:
+        with self._out_lock:
+            self._silent = True
+            self._out.close()
+
+    def result(self, rid: Any, result: Any, stage: str | None = None) -> None:
+        self.send({"jsonrpc": "2.0", "id": rid, "result": result}, stage)
 
     def error(self, rid: Any, code: int, message: str, details: str | None = None) -> None:
         error: JsonObject = {"code": code, "message": message}
@@ -235,6 +304,13 @@ class Child:
         """Run the stage's scripted failures; True when they answered the request."""
         if env("STDERR_AT", "start") == name:
             write_stderr()
+        if env("GARBAGE_AT") == name:
+            self.write_raw(GARBAGE_BURST)
+        if env("HUGE_AT") == name:
+            self.write_raw(huge_line("", int(env("HUGE_LINE", str(DEFAULT_HUGE_LINE)))) + b"\n")
+        if env("CLOSE_STDOUT_AT") == name:
+            self.close_stdout()
+            return True
         if env("EXIT_AT") == name:
             self.exit(int(env("EXIT_CODE", "1")))
         if env("SIGNAL_AT") == name:
@@ -261,6 +337,8 @@ class Child:
                 continue
             if isinstance(message, dict):
                 self.dispatch(message)
+                if REQUEST_STAGES.get(str(message.get("method"))) == env("CLOSE_STDIN_AT", "-"):
+                    close_stdin_and_stay()
 
     def on_eof(self) -> NoReturn:
         if path := env("FLUSH_FILE"):
@@ -306,7 +384,7 @@ class Child:
         methods = [{"id": auth, "name": f"Scripted {auth}"}] if auth else []
         info = {"name": "acp-child", "version": "0"}
         result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": methods, "agentInfo": info}
-        self.result(rid, result)
+        self.result(rid, result, "initialize")
 
     def authenticate(self, rid: Any, params: JsonObject) -> None:
         if self.stage("authenticate", rid) or env("HANG") == "authenticate":
@@ -317,7 +395,7 @@ class Child:
             self.error(rid, -32602, "Invalid params", "unknown methodId")
         else:
             self._authenticated = True
-            self.result(rid, {})
+            self.result(rid, {}, "authenticate")
 
     def new_session(self, rid: Any, params: JsonObject) -> None:
         if self.stage("new-session", rid) or env("HANG") == "new-session":
@@ -326,12 +404,12 @@ class Child:
             self.error(rid, -32000, "Authentication required")
             return
         with self._cond:
-            session_id = f"acp-child-session-{os.getpid()}-{len(self._sessions)}"
+            session_id = env("SESSION_ID") or f"acp-child-session-{os.getpid()}-{len(self._sessions)}"
             self._sessions[session_id] = str(params.get("cwd"))
         if raw := env("NEW_SESSION_RESULT"):
-            self.result(rid, json.loads(raw))
+            self.result(rid, json.loads(raw), "new-session")
         else:
-            self.result(rid, {} if env("MISSING_SESSION_ID") else {"sessionId": session_id})
+            self.result(rid, {} if env("MISSING_SESSION_ID") else {"sessionId": session_id}, "new-session")
 
     def prompt(self, rid: Any, params: JsonObject) -> None:
         session_id = str(params.get("sessionId"))
@@ -350,9 +428,9 @@ class Child:
                 self.is_cancelled(session_id, wait=None)
             if not self.is_cancelled(session_id):
                 raw = env("PROMPT_RESULT")
-                self.result(rid, json.loads(raw) if raw else {"stopReason": stop})
+                self.result(rid, json.loads(raw) if raw else {"stopReason": stop}, "prompt")
                 return
-        self.result(rid, {"stopReason": "cancelled"})
+        self.result(rid, {"stopReason": "cancelled"}, "prompt")
 
     def turn(self, session_id: str, cwd: str, params: JsonObject) -> str | None:
         """Stream the turn's content; the stop reason, or None when cancelled."""
@@ -373,7 +451,10 @@ class Child:
         stop = env("STOP", "end_turn")
         for kind in filter(None, env("PERMISSION").split(",")):
             decision, denied = self.ask_permission(session_id, kind)
-            if decision is None or not self.stream(session_id, f"permission {kind}: {decision}\n"):
+            if decision is None:
+                return None
+            echo = "" if env("QUIET_PERMISSION") else f"permission {kind}: {decision}\n"
+            if not self.stream(session_id, echo):
                 return None
             if denied:
                 stop = env("PERMISSION_DENIED_STOP", "cancelled")
@@ -419,9 +500,12 @@ class Child:
             rid = self._next_id
             self._next_id += 1
             self._waiting.add(rid)
-        tool_call: JsonObject = {"toolCallId": f"call-{rid}", "title": f"{kind} tool", "status": "pending"}
+        title = env("TOOL_TITLE") or f"{kind} tool"
+        tool_call: JsonObject = {"toolCallId": f"call-{rid}", "title": title, "status": "pending"}
         if kind != "none":
             tool_call["kind"] = kind
+        if raw_input := env("TOOL_RAW_INPUT"):
+            tool_call["rawInput"] = json.loads(raw_input)
         params = {"sessionId": session_id, "toolCall": tool_call, "options": options}
         self.send({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": params})
         with self._cond:
@@ -454,6 +538,13 @@ def huge_line(session_id: str, size: int) -> bytes:
     return head + b'"text":"' + b"x" * (size - len(envelope)) + b'"' + tail
 
 
+def close_stdin_and_stay() -> NoReturn:
+    """CLOSE_STDIN_AT: stop reading for good; the parent's next write finds a broken pipe."""
+    os.close(0)
+    while True:
+        signal.pause()
+
+
 def write_ready_file() -> None:
     if path := env("READY_FILE"):
         write_file(path, f"{os.getpid()}\n")
@@ -469,6 +560,8 @@ def main() -> NoReturn:
     spawn_descendants()
     child = Child(out)
     child.stage("start")
+    if env("CLOSE_STDIN_AT") == "start":
+        close_stdin_and_stay()
     child.serve(sys.stdin.buffer)
     child.on_eof()
 

@@ -15,6 +15,7 @@ signal NAME         kill itself with signal NAME
 stderr-flood N      write N bytes to stderr, then behave like eof
 print-env NAME,...  print NAME=value lines for the names, then behave like eof
 pwd                 print the working directory, then behave like eof
+frames N            print "short", a line of N bytes and "after" in one write, then behave like eof
 """
 
 from __future__ import annotations
@@ -126,6 +127,10 @@ def main() -> None:
     elif behaviour == "pwd":
         print(os.getcwd())
         ready()
+        wait_eof()
+    elif behaviour == "frames":
+        sys.stdout.buffer.write(b"short\n" + b"x" * int(arg) + b"\nafter\n")
+        sys.stdout.flush()
         wait_eof()
     else:
         sys.exit(f"unknown behaviour {behaviour!r}")

@@ -12,14 +12,11 @@ import anyio
 from pydantic import ValidationError
 
 from machines.acp import AcpLifecycle
-from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
-from supervisor._env import child_environment
 from supervisor._process import (
     ExitFacts,
     ManagedProcess,
     SpawnFailed,
-    SpawnSpec,
     TeardownReport,
 )
 from supervisor._run import ProviderRun, StepFailed
@@ -63,20 +60,8 @@ class AcpRun(ProviderRun):
 
     async def _start(self) -> None:
         config = self.config
-        try:
-            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
-        except CwdError as exc:
-            raise StepFailed(self.failure("configuration")) from exc
-        spec = SpawnSpec(
-            argv=[config.command, *config.args],
-            cwd=cwd,
-            env=child_environment(config.env, remove=config.env_remove, run_tag=self.id),
-            run_tag=self.id,
-            stderr=config.stderr,
-            stderr_tail_bytes=config.stderr_tail_bytes,
-            max_frame_bytes=config.max_frame_bytes,
-            subreaper=config.subreaper,
-        )
+        cwd = self.resolve_cwd()
+        spec = self.spawn_spec([config.command, *config.args], cwd)
         try:
             self.process = await ManagedProcess.spawn(spec, self.task_group)
         except SpawnFailed as exc:

@@ -29,12 +29,10 @@ from claude_agent_sdk import (
 )
 
 from machines.claude_code import ClaudeCodeLifecycle
-from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
-from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed, SpawnSpec
+from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor._tree import PsutilTree, TreeBackend
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._results import classify, read_result
@@ -94,7 +92,6 @@ class ClaudeCodeRun(ProviderRun):
         *,
         cli: Path,
         sdk_version: str,
-        tree: TreeBackend | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -102,7 +99,6 @@ class ClaudeCodeRun(ProviderRun):
         self._settings: Config = self.config
         self._cli = cli
         self._sdk_version = sdk_version
-        self._tree = tree or PsutilTree()
         self._transport: SupervisedTransport | None = None
         self._client: ClaudeSDKClient | None = None
         self._partial = _BoundedText(self._settings.max_output_bytes)
@@ -112,20 +108,9 @@ class ClaudeCodeRun(ProviderRun):
 
     async def _start(self) -> None:
         config = self._settings
-        try:
-            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
-        except CwdError as exc:
-            raise StepFailed(self.failure("unknown")) from exc
-        spec = SpawnSpec(
-            argv=cli_argv(self._cli, config),
-            cwd=cwd,
-            env=cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version),
-            run_tag=self.id,
-            stderr=config.stderr,
-            stderr_tail_bytes=config.stderr_tail_bytes,
-            subreaper=config.subreaper,
-            tree=self._tree,
-        )
+        cwd = self.resolve_cwd(category="unknown")
+        env = cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version)
+        spec = self.spawn_spec(cli_argv(self._cli, config), cwd, env=env)
         self._transport = SupervisedTransport(
             spec=spec,
             task_group=self.task_group,

@@ -147,6 +147,8 @@ class SupervisedTransport(Transport):
                 try:
                     line = await reader.read_line()
                     if line is None:
+                        if process.frame_too_large:  # the supervisor cut an oversized frame
+                            raise FrameTooLarge
                         return
                     message = _decode(line)
                 except (FrameTooLarge, ValueError) as exc:

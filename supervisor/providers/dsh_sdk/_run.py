@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING, Final
 
 from machines import TransitionSink
 from machines.dsh_sdk import DshSdkLifecycle
-from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._env import child_environment
-from supervisor._process import ManagedProcess, SpawnFailed, SpawnSpec, TeardownReport
+from supervisor._process import ManagedProcess, SpawnFailed, TeardownReport
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor._tree import PsutilTree, TreeBackend
+from supervisor._tree import TreeBackend
 from supervisor.providers.dsh_sdk._wire import (
     DshClient,
     DshError,
@@ -99,8 +97,7 @@ class DshSdkRun(ProviderRun):
         trace: TransitionSink | None = None,
         tree: TreeBackend | None = None,
     ) -> None:
-        super().__init__(provider_name=provider_name, config=config, request=request, trace=trace)
-        self._tree = tree if tree is not None else PsutilTree()
+        super().__init__(provider_name=provider_name, config=config, request=request, trace=trace, tree=tree)
         self._client: DshClient | None = None
         self._progress: TurnProgress | None = None
         self._spliced = False
@@ -109,20 +106,8 @@ class DshSdkRun(ProviderRun):
 
     async def _start(self) -> None:
         config = self.config
-        try:
-            cwd = resolve_run_cwd(config.cwd, self.request.parent_cwd)
-        except CwdError as exc:
-            raise StepFailed(self.failure("configuration")) from exc
-        spec = SpawnSpec(
-            argv=[config.command, *config.args],
-            cwd=cwd,
-            env=child_environment(config.env, remove=config.env_remove, run_tag=self.id),
-            run_tag=self.id,
-            stderr=config.stderr,
-            stderr_tail_bytes=config.stderr_tail_bytes,
-            subreaper=config.subreaper,
-            tree=self._tree,
-        )
+        cwd = self.resolve_cwd()
+        spec = self.spawn_spec([config.command, *config.args], cwd)
         try:
             self.process = await ManagedProcess.spawn(spec, self.task_group)
         except SpawnFailed as exc:
@@ -141,8 +126,14 @@ class DshSdkRun(ProviderRun):
             )
         except Exception as exc:
             self._log_failure("initialize", exc)
-            raise StepFailed(self.failure(failure_category(exc))) from exc
+            raise StepFailed(self.failure(self._category(exc))) from exc
         self.fact("initialize_answered")
+
+    def _category(self, error: BaseException) -> str:
+        """By type; a stream the supervisor cut at an oversized frame is a protocol failure."""
+        if self.process is not None and self.process.frame_too_large:
+            return "protocol"
+        return failure_category(error)
 
     # -- session-run --------------------------------------------------------------------
 
@@ -159,14 +150,15 @@ class DshSdkRun(ProviderRun):
             )
         except Exception as exc:
             self._log_failure("session-run", exc)
-            if isinstance(exc, DshTransportClosed):
-                self.fact("transport_closed")
-            elif isinstance(exc, DshRpcError):
+            failed_as = self._category(exc)
+            if isinstance(exc, DshRpcError):
                 self.fact("error_answered")
-            elif isinstance(exc, DshProtocolError):
+            elif failed_as == "protocol":
                 self.fact("protocol_violated")
+            elif failed_as == "transport":
+                self.fact("transport_closed")
             # else: the base settles the machine with ``failed``
-            return self._settlement(StopReason.ERROR, failure_category(exc))
+            return self._settlement(StopReason.ERROR, failed_as)
         self.fact("root_idle")
         turn_end = outcome.turn_end
         if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:

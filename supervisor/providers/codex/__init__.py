@@ -1,0 +1,156 @@
+"""The ``codex`` provider: OpenAI's ``codex app-server`` driven over JSONL JSON-RPC.
+
+Configuration (SPEC section 7), besides the keys every kind accepts::
+
+    [[provider]]
+    kind = "codex"
+    permission_mode = "never"   # never | approve-for-me | dangerously-bypass-approvals-and-sandbox
+    codex_path = "/opt/codex/bin/codex"   # optional; relative = against the config file's folder
+    config = ["model=\\"gpt-5.1-codex\\""]  # extra `-c key=value` overrides for the app-server
+    dispose_eof_grace_ms = 1000
+
+The binary is ``codex_path`` when given, else the one in the ``openai-codex-cli-bin``
+wheel (the ``codex`` extra) when it is installed; never whatever ``codex`` is on PATH.
+It is spawned directly (not through the npm node wrapper, which ignores SIGTERM on
+Node < 22.15).
+
+Modes (no mode ever asks a human; requests the app-server sends are answered without
+granting authority and reported in the permission line of a failed run):
+
+* ``never``: ``approvalPolicy: never``; the sandbox is whatever the child's Codex
+  configuration says;
+* ``approve-for-me``: ``approvalPolicy: on-request`` reviewed by Codex's own automatic
+  reviewer (``approvalsReviewer: auto_review``), ``sandbox: workspace-write``;
+* ``dangerously-bypass-approvals-and-sandbox``: ``approvalPolicy: never``,
+  ``sandbox: danger-full-access``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from machines import TransitionSink
+from supervisor._config import ProviderConfig
+from supervisor._errors import ConfigurationError
+from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.providers.codex._run import CodexRun as CodexRun
+from supervisor.providers.codex._run import PermissionMode, app_server_argv
+from supervisor.providers.codex._wire import RunTap
+
+__all__ = ("WHEEL", "CodexRun", "Config", "PermissionMode", "Provider", "app_server_argv", "resolve_binary")
+
+WHEEL = "openai-codex-cli-bin"
+_WHEEL_MODULE = "codex_cli_bin"
+
+
+class Config(ProviderConfig):
+    """The keys of a ``codex`` entry."""
+
+    permission_mode: PermissionMode = PermissionMode.NEVER
+    codex_path: Path | None = None
+    config: list[str] = Field(default_factory=list)
+    dispose_eof_grace_ms: float = 1000
+
+    @field_validator("codex_path", mode="before")
+    @classmethod
+    def _resolve_codex_path(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        text = str(value)
+        if not text.strip():
+            raise ValueError("must name the codex binary")
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            base = (info.context or {}).get("base_dir")
+            if base is None:
+                raise ValueError("a relative codex_path needs a base directory")
+            path = Path(base) / path
+        path = Path(os.path.normpath(path))
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ValueError(f"is not an executable file: {path}")
+        return path
+
+    @field_validator("config")
+    @classmethod
+    def _overrides(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            key, sep, _ = entry.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"each override must be KEY=VALUE, got {entry!r}")
+        return value
+
+
+def resolve_binary(config: Config) -> Path:
+    """``codex_path``, else the ``openai-codex-cli-bin`` wheel's binary; never PATH."""
+    if config.codex_path is not None:
+        return config.codex_path
+    try:
+        module = importlib.import_module(_WHEEL_MODULE)
+        path = Path(module.bundled_codex_path())
+    except (ImportError, OSError, AttributeError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"no Codex binary: set codex_path, or install the {WHEEL} wheel "
+            "(pip install 'subagent-supervisor[codex]')"
+        ) from exc
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ConfigurationError(
+            f"no Codex binary: the {WHEEL} wheel's binary is not executable; set codex_path instead"
+        )
+    return path
+
+
+def _client_version() -> str:
+    try:
+        return importlib.metadata.version("subagent-supervisor")
+    except importlib.metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+class Provider:
+    """Runs ``codex app-server`` per run.
+
+    ``tap(run_id, direction, frame)`` sees every JSON-RPC frame of every run, decoded
+    (debugging, tests); it runs on the reader and must not block.
+    """
+
+    inherits_parent_context = False
+
+    def __init__(
+        self,
+        config: Config,
+        name: str | None = None,
+        *,
+        tap: RunTap | None = None,
+        tree: TreeBackend | None = None,
+    ) -> None:
+        self.config = config
+        self.name = name or config.name or "codex"
+        self.capabilities: Capabilities = NO_CAPABILITIES
+        self.binary = resolve_binary(config)
+        self._tap = tap
+        self._tree = tree or PsutilTree()
+        self._version = _client_version()
+
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> CodexRun:
+        return CodexRun(
+            provider_name=self.name,
+            config=self.config,
+            request=request,
+            trace=trace,
+            binary=self.binary,
+            mode=self.config.permission_mode,
+            overrides=self.config.config,
+            tree=self._tree,
+            tap=self._tap,
+            client_version=self._version,
+        )
+
+    def __repr__(self) -> str:
+        return f"<codex Provider {self.name!r} mode={self.config.permission_mode.value}>"
