@@ -135,6 +135,10 @@ class PsutilTree:
                     with contextlib.suppress(psutil.Error):
                         for sub in proc.children(recursive=True):
                             found[sub.pid] = sub
+                elif _exiting(proc):
+                    # Its tag can no longer be read, but its children may be this run's
+                    # and are re-parented to us only once it is fully gone: wait for it.
+                    found[proc.pid] = proc
         return list(found.values())
 
     def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
@@ -147,6 +151,13 @@ class PsutilTree:
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(sig)
+
+
+def _exiting(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _our_children() -> list[psutil.Process]:
