@@ -4,6 +4,8 @@ and the example agent's own start (run: python -m benchmarks.bench_acp).
 The provider's start is spawn + initialize + session/new through ``Registry.start``;
 the baseline spawns the same child with ``asyncio.create_subprocess_exec`` and does
 the same two requests with ``acp.connect_to_agent`` directly (no supervision).
+``BENCH_CHILD=codex-acp`` measures the real codex-acp agent (``npm ci`` in tests/)
+against the tests' mock model server instead of the built-in example agent.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import acp
 import anyio
 
 from benchmarks._stats import summary
-from supervisor import Registry, SubagentRequest
-from supervisor.providers.acp import EXAMPLE_AGENT, Provider, example_agent_config
+from supervisor import Registry, StderrMode, SubagentRequest
+from supervisor.providers.acp import EXAMPLE_AGENT, Config, Provider, example_agent_config
 
 ARGV = [sys.executable, "-I", str(EXAMPLE_AGENT)]
+ENV: dict[str, str] | None = None
 
 
 class _Quiet:
@@ -36,7 +39,12 @@ class _Quiet:
 async def raw_sdk(cwd: Path) -> float:
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *ARGV, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True
+        *ARGV,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=None if ENV is None else asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+        env=None if ENV is None else {**os.environ, **ENV},
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -45,6 +53,8 @@ async def raw_sdk(cwd: Path) -> float:
     await conn.new_session(cwd=str(cwd), mcp_servers=[])
     elapsed = time.perf_counter() - started
     proc.stdin.close()
+    if ENV is not None:  # a real agent does not exit on EOF
+        proc.terminate()
     await proc.wait()
     await conn.close()
     return elapsed
@@ -77,10 +87,23 @@ async def spawn_to_initialize(cwd: Path) -> float:
 
 
 async def main() -> None:
+    global ARGV, ENV
     pairs = int(os.environ.get("BENCH_PAIRS", "30"))
     cwd = Path.cwd()
     registry = Registry()
-    registry.register(Provider(example_agent_config(dispose_eof_grace_ms=2000)))
+    if os.environ.get("BENCH_CHILD") == "codex-acp":
+        from tests import peers
+        from tests.mockmodel import MockModelServer
+
+        server = MockModelServer()
+        launch = peers.codex_acp_launch(server)
+        ARGV, ENV, cwd = launch.argv, launch.env, launch.cwd
+        config = Config(
+            command=ARGV[0], args=ARGV[1:], env=dict(ENV), dispose_eof_grace_ms=50, stderr=StderrMode.DISCARD
+        )
+        registry.register(Provider(config))
+    else:
+        registry.register(Provider(example_agent_config(dispose_eof_grace_ms=2000)))
     await provider(registry, cwd)  # warm both paths (imports, page cache)
     await raw_sdk(cwd)
     ours, theirs = [], []
@@ -91,8 +114,9 @@ async def main() -> None:
     print(summary("provider: start-to-publish (same handshake)", ours))
     ratio = statistics.median(ours) / statistics.median(theirs)
     print(f"{'ratio of medians (provider / raw SDK)':<48} {ratio:.3f}")
-    starts = [await spawn_to_initialize(cwd) for _ in range(pairs)]
-    print(summary("example agent: spawn -> initialize answered", starts))
+    if ENV is None:
+        starts = [await spawn_to_initialize(cwd) for _ in range(pairs)]
+        print(summary("example agent: spawn -> initialize answered", starts))
 
 
 if __name__ == "__main__":
