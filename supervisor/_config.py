@@ -8,6 +8,7 @@ and validated at load.  Unknown keys are errors.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,24 @@ from supervisor._process import DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYT
 
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+
+
+def resolve_executable(value: Any, info: ValidationInfo, what: str) -> Path | None:
+    """A configured program path: relative to the config's base directory, and executable."""
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise ValueError(f"must be a path to {what}")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        base = (info.context or {}).get("base_dir")
+        if base is None:
+            raise ValueError("a relative path needs a base directory")
+        path = Path(base) / path
+    path = Path(os.path.normpath(path))
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ValueError(f"is not an executable file: {path}")
+    return path
 
 
 def _grace(value: float) -> float:

@@ -32,7 +32,7 @@ from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
 from supervisor._env import child_environment
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
-from supervisor._process import ExitFacts, ManagedProcess, SpawnSpec, TeardownReport
+from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed, SpawnSpec, TeardownReport
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor._tree import PsutilTree, TreeBackend
 
@@ -250,6 +250,22 @@ class ProviderRun(ABC):
             subreaper=config.subreaper,
             tree=self.tree,
         )
+
+    async def spawn_child(
+        self, spec: SpawnSpec, *, failed_as: str, fact: str | None = None
+    ) -> ManagedProcess:
+        """Spawn the run's child; a failure to start it fails the start as ``failed_as``.
+
+        ``fact`` is fed to the machine first when the provider has a stage for it.
+        """
+        try:
+            self.process = await ManagedProcess.spawn(spec, self.task_group)
+        except SpawnFailed as exc:
+            log.warning("run %s: the child could not be started", self.id, exc_info=exc)
+            if fact is not None:
+                self.fact(fact)
+            raise StepFailed(self.failure(failed_as)) from exc
+        return self.process
 
     def failure(self, category: str, **facts: object) -> FailureFacts:
         """Facts for a failure in the current stage."""

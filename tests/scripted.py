@@ -16,7 +16,7 @@ from machines import SETTLED, TransitionSink, build_lifecycle, common_rows
 from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._process import LineReader, ManagedProcess, SpawnFailed
+from supervisor._process import LineReader
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._tree import PsutilTree, TreeBackend
 from tests.conftest import CHILDREN, PYTHON
@@ -57,11 +57,7 @@ class ScriptedRun(ProviderRun):
         config = self.config
         assert isinstance(config, ScriptedConfig)
         spec = self.spawn_spec(config.argv, self.resolve_cwd())
-        try:
-            self.process = await ManagedProcess.spawn(spec, self.task_group)
-        except SpawnFailed as exc:
-            self.fact("spawn_failed")
-            raise StepFailed(self.failure("process-start")) from exc
+        await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
         self._events.spawned.set()
         self._reader = LineReader(self.process.stdout, config.max_frame_bytes)
         if await self._reader.read_line() != b"hello":

@@ -15,8 +15,6 @@ from machines.acp import AcpLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
 from supervisor._process import (
     ExitFacts,
-    ManagedProcess,
-    SpawnFailed,
     TeardownReport,
 )
 from supervisor._run import ProviderRun, StepFailed
@@ -62,11 +60,7 @@ class AcpRun(ProviderRun):
         config = self.config
         cwd = self.resolve_cwd()
         spec = self.spawn_spec([config.command, *config.args], cwd)
-        try:
-            self.process = await ManagedProcess.spawn(spec, self.task_group)
-        except SpawnFailed as exc:
-            self.fact("spawn_failed")
-            raise StepFailed(self.failure("process-start")) from exc
+        process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
         acp = await _import_acp()
         from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
 
@@ -75,7 +69,7 @@ class AcpRun(ProviderRun):
         )
         self._observer = FrameObserver()
         self._conn = acp.connect_to_agent(
-            self._client, self.process.stdin, self.process.stdout, observers=[self._observer]
+            self._client, process.stdin, process.stdout, observers=[self._observer]
         )
         try:
             await self._conn.initialize(

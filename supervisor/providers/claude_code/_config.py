@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import enum
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from supervisor._config import ProviderConfig
+from supervisor._config import ProviderConfig, resolve_executable
 
 
 class PermissionMode(enum.StrEnum):
@@ -38,17 +37,4 @@ class Config(ProviderConfig):
     @field_validator("cli_path", mode="before")
     @classmethod
     def _resolve_cli_path(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, str | os.PathLike) or str(value) == "":
-            raise ValueError("must be a path to the Claude Code CLI")
-        path = Path(value)
-        if not path.is_absolute():
-            base = (info.context or {}).get("base_dir")
-            if base is None:
-                raise ValueError("a relative cli_path needs a base directory")
-            path = Path(base) / path
-        path = Path(os.path.normpath(path))
-        if not path.is_file() or not os.access(path, os.X_OK):
-            raise ValueError(f"is not an executable file: {path}")
-        return path
+        return resolve_executable(value, info, "the Claude Code CLI")

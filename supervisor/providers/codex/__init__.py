@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from machines import TransitionSink
-from supervisor._config import ProviderConfig
+from supervisor._config import ProviderConfig, resolve_executable
 from supervisor._errors import ConfigurationError
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor._tree import PsutilTree, TreeBackend
@@ -61,21 +61,7 @@ class Config(ProviderConfig):
     @field_validator("codex_path", mode="before")
     @classmethod
     def _resolve_codex_path(cls, value: Any, info: ValidationInfo) -> Any:
-        if value is None:
-            return None
-        text = str(value)
-        if not text.strip():
-            raise ValueError("must name the codex binary")
-        path = Path(text).expanduser()
-        if not path.is_absolute():
-            base = (info.context or {}).get("base_dir")
-            if base is None:
-                raise ValueError("a relative codex_path needs a base directory")
-            path = Path(base) / path
-        path = Path(os.path.normpath(path))
-        if not path.is_file() or not os.access(path, os.X_OK):
-            raise ValueError(f"is not an executable file: {path}")
-        return path
+        return resolve_executable(value, info, "the codex binary")
 
     @field_validator("config")
     @classmethod

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from machines.codex import CodexLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, codex_permission_line, join_lines
-from supervisor._process import LineReader, ManagedProcess, SpawnFailed
+from supervisor._process import LineReader, ManagedProcess
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.providers.codex._classify import classify
@@ -225,13 +225,10 @@ class CodexRun(ProviderRun):
         config = self.config
         cwd = self.resolve_cwd(category="unknown")
         spec = self.spawn_spec(app_server_argv(self._binary, self._overrides), cwd)
-        try:
-            self.process = await ManagedProcess.spawn(spec, self.task_group)
-        except SpawnFailed as exc:
-            raise StepFailed(self.failure("unknown")) from exc
+        process = await self.spawn_child(spec, failed_as="unknown")
         wire = AppServerWire(
-            LineReader(self.process.stdout, config.max_frame_bytes),
-            self.process.stdin,
+            LineReader(process.stdout, config.max_frame_bytes),
+            process.stdin,
             answer=self._answer_request,
             notify=self._on_notification,
             closed=self._on_wire_closed,
@@ -239,7 +236,7 @@ class CodexRun(ProviderRun):
         )
         self._wire = wire
         self.task_group.start_soon(wire.run)
-        self.task_group.start_soon(self._watch_exit, self.process, wire)
+        self.task_group.start_soon(self._watch_exit, process, wire)
         try:
             params = InitializeParams(
                 clientInfo=ClientInfo(name=CLIENT_NAME, title=CLIENT_TITLE, version=self._client_version)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 from machines import TransitionSink
 from machines.dsh_sdk import DshSdkLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._process import ManagedProcess, SpawnFailed, TeardownReport
+from supervisor._process import TeardownReport
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor._tree import TreeBackend
@@ -108,15 +108,11 @@ class DshSdkRun(ProviderRun):
         config = self.config
         cwd = self.resolve_cwd()
         spec = self.spawn_spec([config.command, *config.args], cwd)
-        try:
-            self.process = await ManagedProcess.spawn(spec, self.task_group)
-        except SpawnFailed as exc:
-            # The runtime is not running: the original's client reports this as a
-            # closed transport, and DSH has no process-start category.
-            log.warning("run %s: the DSH SDK runtime could not be started", self.id, exc_info=exc)
-            raise StepFailed(self.failure("transport")) from exc
+        # DSH has no process-start category: like the original client, a runtime that
+        # cannot be started is a closed transport.
+        process = await self.spawn_child(spec, failed_as="transport")
         client = DshClient.from_asyncio_streams(
-            self.process.stdout, self.process.stdin, max_frame_bytes=config.max_frame_bytes
+            process.stdout, process.stdin, max_frame_bytes=config.max_frame_bytes
         )
         self._client = client
         await self.task_group.start(client.serve)
