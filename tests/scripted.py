@@ -57,9 +57,9 @@ class ScriptedRun(ProviderRun):
         config = self.config
         assert isinstance(config, ScriptedConfig)
         spec = self.spawn_spec(config.argv, self.resolve_cwd())
-        await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
+        process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
         self._events.spawned.set()
-        self._reader = LineReader(self.process.stdout, config.max_frame_bytes)
+        self._reader = LineReader(process.stdout, config.max_frame_bytes)
         if await self._reader.read_line() != b"hello":
             raise StepFailed(await self._exit_failure(fallback="transport"))
         self.fact("hello_received")
