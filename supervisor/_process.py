@@ -169,6 +169,12 @@ class LineReader:
         self._buffer = bytearray()
         self._eof = False
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether the stream ended and every byte was returned: right after a final
+        unterminated line, this tells it apart from a whole one."""
+        return self._eof and not self._buffer
+
     async def read_line(self) -> bytes | None:
         """The next line, or None at EOF (a final unterminated line is returned first)."""
         while True:

@@ -61,9 +61,10 @@ Failures at a stage:
   (default 67108864, i.e. 64 MiB); the child then carries on as scripted.
 - ``CLOSE_STDOUT_AT=stage``: at that stage, close stdout and carry on without it (the stage is not
   answered, nothing more is written); stdin EOF still ends the child.
-- ``CLOSE_STDIN_AT=stage``: after the stage's request was handled (at ``start``: before reading
-  anything), close stdin and stay alive without reading (a signal ends it); the parent's next write
-  finds a broken pipe.
+- ``CLOSE_STDIN_AT=stage``: when the stage's request arrives (at ``start``: before reading anything),
+  close stdin, handle the request as scripted, then stay alive without reading (a signal ends it);
+  the parent's next write finds a broken pipe (a request already in the pipe at ``start`` is simply
+  never answered).
 - ``SESSION_ID=text``: the session id ``session/new`` answers with (default
   ``acp-child-session-<pid>-<n>``).
 - ``TOOL_TITLE=text`` and ``TOOL_RAW_INPUT=json``: the title (default ``<KIND> tool``) and the
@@ -276,7 +277,9 @@ class Child:
     def close_stdout(self) -> None:
         with self._out_lock:
             self._silent = True
-            self._out.close()
+            fd = self._out.fileno()
+            self._out.close()  # sys.stdout's buffer does not own fd 1: close it too
+            os.close(fd)
 
     def result(self, rid: Any, result: Any, stage: str | None = None) -> None:
         self.send({"jsonrpc": "2.0", "id": rid, "result": result}, stage)
@@ -336,9 +339,12 @@ class Child:
             except ValueError:
                 continue
             if isinstance(message, dict):
+                closing = REQUEST_STAGES.get(str(message.get("method"))) == env("CLOSE_STDIN_AT", "-")
+                if closing:
+                    os.close(0)  # before the answer, so the parent's next write surely breaks
                 self.dispatch(message)
-                if REQUEST_STAGES.get(str(message.get("method"))) == env("CLOSE_STDIN_AT", "-"):
-                    close_stdin_and_stay()
+                if closing:
+                    stay_alive()
 
     def on_eof(self) -> NoReturn:
         if path := env("FLUSH_FILE"):
@@ -460,7 +466,7 @@ class Child:
                 stop = env("PERMISSION_DENIED_STOP", "cancelled")
         if not self.stream(session_id, env("TEXT", "hello from acp_child")):
             return None
-        if size := int(env("HUGE_LINE", "0")):
+        if not env("HUGE_AT") and (size := int(env("HUGE_LINE", "0"))):
             self.write_raw(huge_line(session_id, size) + b"\n")
         return stop
 
@@ -538,9 +544,8 @@ def huge_line(session_id: str, size: int) -> bytes:
     return head + b'"text":"' + b"x" * (size - len(envelope)) + b'"' + tail
 
 
-def close_stdin_and_stay() -> NoReturn:
-    """CLOSE_STDIN_AT: stop reading for good; the parent's next write finds a broken pipe."""
-    os.close(0)
+def stay_alive() -> NoReturn:
+    """Never read again (a signal ends the child); threads carry on."""
     while True:
         signal.pause()
 
@@ -561,7 +566,8 @@ def main() -> NoReturn:
     child = Child(out)
     child.stage("start")
     if env("CLOSE_STDIN_AT") == "start":
-        close_stdin_and_stay()
+        os.close(0)
+        stay_alive()
     child.serve(sys.stdin.buffer)
     child.on_eof()
 

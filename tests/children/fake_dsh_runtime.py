@@ -15,6 +15,8 @@ Startup and process behaviour
   FAKE_DSH_EXIT_BEFORE_INIT=<code>  exit with <code> (non-integer: 3) before reading anything.
   FAKE_DSH_STDERR=<text>       write <text> (and, with a secret, a line carrying it) to stderr
                                at startup.
+  FAKE_DSH_STDERR_AT=<stage>   write FAKE_DSH_STDERR there instead (initialize, prompt or
+                               shutdown: when that request arrives), before anything else.
   FAKE_DSH_STDERR_NO_NEWLINE   leave the last stderr line unterminated.
   FAKE_DSH_IGNORE_EOF          on stdin EOF keep running (sleep until signalled).
   FAKE_DSH_TRAP_TERM           ignore SIGTERM; with FAKE_DSH_SIGTERM_FILE=<path>, append
@@ -80,6 +82,25 @@ session/prompt
   FAKE_DSH_EXIT_MID_TURN=<code>  after the text deltas, exit with <code> (no idle; with the
                                default order, no response either).
 
+Faults at a stage (<stage> = initialize, prompt or shutdown: when that request arrives)
+  FAKE_DSH_CRASH_AT=<stage>    die there: FAKE_DSH_CRASH=<code> (default 1) exits with that
+                               status, FAKE_DSH_CRASH=SIG<NAME> kills itself with the signal.
+  FAKE_DSH_GARBAGE_AT=<stage>  first write junk lines (not JSON, carrying the secret; invalid
+                               UTF-8; a JSON array; a number; {}), then go on as scripted.
+  FAKE_DSH_PARTIAL_AT=<stage>  the first frame written from then on goes out only up to its
+                               middle, with no newline; then FAKE_DSH_PARTIAL_THEN = exit
+                               (default: exit 1), hang (write nothing more; stdin EOF still
+                               ends the process) or finish (the rest in a second write).
+  FAKE_DSH_HUGE_AT=<stage>     first write one line of FAKE_DSH_HUGE_BYTES bytes (default
+                               67108864, i.e. 64 MiB), then go on as scripted.
+  FAKE_DSH_CLOSE_STDOUT_AT=<stage>
+                               close stdout and write nothing more (the request is not
+                               answered); stdin EOF still ends the process.
+  FAKE_DSH_CLOSE_STDIN_AT=<stage>
+                               close stdin, handle the request as scripted, then keep
+                               running without reading (a signal ends it): the client's
+                               next write finds a broken pipe.
+
 shutdown
   FAKE_DSH_SHUTDOWN=ok|hang|error|stay
                                answer {} and exit 0 (default); never answer; answer with a
@@ -114,15 +135,80 @@ def flag(name: str) -> bool:
 
 SECRET = env("SECRET")
 OUT = sys.stdout.buffer
+STAGES = {"initialize": "initialize", "session/prompt": "prompt", "shutdown": "shutdown"}
+DEFAULT_HUGE_BYTES = 64 * 1024 * 1024
+
+
+class Wire:
+    silent = False  # stdout closed, or a half-written frame that must stay half
+    partial_armed = False
 
 
 def write_raw(data: bytes) -> None:
+    if Wire.silent:
+        return
     OUT.write(data)
     OUT.flush()
 
 
 def send(frame: dict[str, Any]) -> None:
-    write_raw(json.dumps(frame, ensure_ascii=False).encode("utf-8") + b"\n")
+    data = json.dumps(frame, ensure_ascii=False).encode("utf-8") + b"\n"
+    if Wire.partial_armed:
+        Wire.partial_armed = False
+        write_half(data)
+        return
+    write_raw(data)
+
+
+def write_half(data: bytes) -> None:
+    """FAKE_DSH_PARTIAL_AT: half a frame without its newline, then FAKE_DSH_PARTIAL_THEN."""
+    middle = len(data) // 2
+    write_raw(data[:middle])
+    then = env("PARTIAL_THEN", "exit")
+    if then == "finish":
+        time.sleep(0.02)  # let the first half reach the reader on its own
+        write_raw(data[middle:])
+    elif then == "hang":
+        Wire.silent = True
+    else:
+        os._exit(1)
+
+
+def crash() -> None:
+    how = env("CRASH", "1")
+    if how.startswith("SIG"):
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        sig = signal.Signals[how]
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        time.sleep(5)
+    os._exit(int(how))
+
+
+def fault(stage: str) -> bool:
+    """The scripted faults of ``stage``; True when the request must not be handled."""
+    if env("STDERR_AT") == stage:
+        sys.stderr.write(env("STDERR") + "\n")
+        sys.stderr.flush()
+    if env("CRASH_AT") == stage:
+        crash()
+    if env("GARBAGE_AT") == stage:
+        junk = [f"not json {SECRET}".encode(), b"\xff\xfe\x80 invalid", b"[1, 2]", b"42", b"{}"]
+        write_raw(b"".join(line + b"\n" for line in junk))
+    if env("HUGE_AT") == stage:
+        write_raw(b"x" * int(env("HUGE_BYTES", str(DEFAULT_HUGE_BYTES))) + b"\n")
+    if env("PARTIAL_AT") == stage:
+        Wire.partial_armed = True
+    if env("CLOSE_STDOUT_AT") == stage:
+        Wire.silent = True
+        OUT.close()  # sys.stdout's buffer does not own fd 1: close it too
+        os.close(1)
+        return True
+    if env("CLOSE_STDIN_AT") == stage:
+        os.close(0)
+    return False
 
 
 def respond(request_id: object, result: object) -> None:
@@ -342,6 +428,9 @@ class Runtime:
             return  # a response (to srv-1) or a notification: nothing to do
         params = frame.get("params") if isinstance(frame.get("params"), dict) else {}
         assert isinstance(params, dict)
+        stage = STAGES.get(method)
+        if stage is not None and fault(stage):
+            return
         if method == "initialize":
             self.initialize(request_id)
         elif method == "session/prompt":
@@ -436,7 +525,7 @@ def on_term(signum: int, frame: object) -> None:
 def main() -> None:
     if flag("TRAP_TERM"):
         signal.signal(signal.SIGTERM, on_term)
-    noise = env("STDERR")
+    noise = "" if env("STDERR_AT") else env("STDERR")
     if noise or SECRET:
         lines = [noise] if noise else []
         if SECRET:
@@ -459,6 +548,8 @@ def main() -> None:
             continue
         if isinstance(frame, dict):
             runtime.handle(frame)
+            if STAGES.get(str(frame.get("method"))) == env("CLOSE_STDIN_AT", "-"):
+                sleep_forever()
     if flag("IGNORE_EOF"):
         sleep_forever()
 

@@ -7,10 +7,16 @@ answers to its control requests) is appended to ``FAKE_CLAUDE_LOG`` as JSON line
 
 Script keys: ``startup_exit`` (exit with that code before reading anything),
 ``startup_raw`` (a raw line written at once), ``answer_initialize`` (default true), ``ready_fifo`` (write the pid there once started),
-``steps`` (run after the user message), ``final_exit`` (exit code after stdin EOF).
+``on_initialize`` (steps run when the SDK's ``initialize`` request arrives, before it is
+answered), ``steps`` (run after the user message), ``final_exit`` (exit code after stdin EOF).
 ``FAKE_CLAUDE_IGNORE_TERM`` in the env makes it outlive stdin EOF and ignore SIGTERM.
 Steps: ``{"emit": message}``, ``{"raw": text}``, ``{"request": request}`` (a control
-request; waits for and logs its response), ``{"exit": code}``, ``{"signal": name}``.
+request; waits for and logs its response), ``{"exit": code}``, ``{"signal": name}``,
+``{"partial": text}`` (written with no newline), ``{"huge": n}`` (one line of ``n`` bytes),
+``{"stderr": text}`` (one line on stderr),
+``{"close_stdout": true}`` (close stdout, write nothing more, read stdin until EOF, then
+exit with ``final_exit``), ``{"close_stdin": true}`` (close stdin; the script plays on, and
+where it would read next it stays alive instead, until a signal ends it).
 """
 
 from __future__ import annotations
@@ -35,7 +41,13 @@ def send(message: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+class Stdin:
+    closed = False
+
+
 def read() -> dict[str, Any] | None:
+    while Stdin.closed:  # close_stdin: never read again
+        signal.pause()
     line = sys.stdin.readline()
     if not line:
         return None
@@ -67,6 +79,47 @@ def serve(message: dict[str, Any]) -> None:
         answer(message, {})
 
 
+def write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def run_steps(steps: list[dict[str, Any]], script: dict[str, Any]) -> int | None:
+    """Play ``steps``; an exit code when one of them ends the process."""
+    for number, step in enumerate(steps):
+        if "emit" in step:
+            send(step["emit"])
+        elif "raw" in step:
+            write(step["raw"] + "\n")
+        elif "partial" in step:
+            write(step["partial"])
+        elif "stderr" in step:
+            sys.stderr.write(step["stderr"] + "\n")
+            sys.stderr.flush()
+        elif "huge" in step:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b"x" * int(step["huge"]) + b"\n")
+            sys.stdout.buffer.flush()
+        elif "request" in step:
+            request_id = f"fake_{number}"
+            send({"type": "control_request", "request_id": request_id, "request": step["request"]})
+            wait_for_response(request_id)
+        elif "exit" in step:
+            return int(step["exit"])
+        elif "signal" in step:
+            os.kill(os.getpid(), signal.Signals[step["signal"]])
+        elif "close_stdout" in step:
+            sys.stdout.close()
+            os.close(1)  # sys.stdout does not own fd 1
+            while sys.stdin.readline():
+                pass
+            return int(script.get("final_exit", 0))
+        elif "close_stdin" in step:
+            Stdin.closed = True
+            os.close(0)
+    return None
+
+
 def main() -> int:
     with open(os.environ["FAKE_CLAUDE_SCRIPT"], encoding="utf-8") as handle:
         script: dict[str, Any] = json.load(handle)
@@ -84,6 +137,9 @@ def main() -> int:
         os.close(fd)
     while (message := read()) is not None:
         if message.get("type") == "control_request" and message["request"].get("subtype") == "initialize":
+            code = run_steps(script.get("on_initialize", []), script)
+            if code is not None:
+                return code
             if script.get("answer_initialize", True):
                 answer(message, {"commands": []})
             continue
@@ -93,20 +149,9 @@ def main() -> int:
         serve(message)
     else:
         return int(script.get("final_exit", 0))
-    for number, step in enumerate(script.get("steps", [])):
-        if "emit" in step:
-            send(step["emit"])
-        elif "raw" in step:
-            sys.stdout.write(step["raw"] + "\n")
-            sys.stdout.flush()
-        elif "request" in step:
-            request_id = f"fake_{number}"
-            send({"type": "control_request", "request_id": request_id, "request": step["request"]})
-            wait_for_response(request_id)
-        elif "exit" in step:
-            return int(step["exit"])
-        elif "signal" in step:
-            os.kill(os.getpid(), signal.Signals[step["signal"]])
+    code = run_steps(script.get("steps", []), script)
+    if code is not None:
+        return code
     while (message := read()) is not None:
         serve(message)
     if os.environ.get("FAKE_CLAUDE_IGNORE_TERM"):

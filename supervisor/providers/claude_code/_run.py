@@ -120,7 +120,8 @@ class ClaudeCodeRun(ProviderRun):
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
         try:
-            outcome = await self._unless_exited(self._client.connect, drain=0)
+            # A CLI whose stdout ended can never answer ``initialize``: as good as exited.
+            outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
         except Exception as exc:
@@ -241,8 +242,11 @@ class ClaudeCodeRun(ProviderRun):
     def _output(self) -> str:
         return self._partial.text
 
-    async def _unless_exited(self, step: Callable[[], Awaitable[T]], *, drain: float) -> T | _Exited:
-        """Run ``step``, unless the CLI's exit is observed first.
+    async def _unless_exited(
+        self, step: Callable[[], Awaitable[T]], *, drain: float, or_output_end: bool = False
+    ) -> T | _Exited:
+        """Run ``step``, unless the CLI's exit (or, with ``or_output_end``, the end of its
+        output) is observed first.
 
         After the exit, ``step`` gets ``drain`` more seconds to finish (its last frames
         may still be on their way: a descendant can hold stdout open long after the
@@ -270,7 +274,16 @@ class ClaudeCodeRun(ProviderRun):
                 nonlocal exited
                 await transport.spawned.wait()
                 assert transport.process is not None
-                await transport.process.wait_exit()
+                process = transport.process
+                async with anyio.create_task_group() as first:
+
+                    async def until(event: Callable[[], Awaitable[object]]) -> None:
+                        await event()
+                        first.cancel_scope.cancel()
+
+                    first.start_soon(until, process.wait_exit)
+                    if or_output_end:
+                        first.start_soon(until, transport.output_ended.wait)
                 with anyio.move_on_after(drain):
                     await done.wait()
                 if not done.is_set():

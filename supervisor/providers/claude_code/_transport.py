@@ -69,6 +69,7 @@ class SupervisedTransport(Transport):
         self._write_lock = anyio.Lock()
         self._receive: MemoryObjectReceiveStream[dict[str, Any]] | None = None
         self.spawned = anyio.Event()
+        self.output_ended = anyio.Event()  # no frame will reach the SDK any more
         self.stream_failure: StreamFailure | None = None
 
     @property
@@ -140,8 +141,17 @@ class SupervisedTransport(Transport):
             raise self.stream_failure
 
     async def _pump(self, process: ManagedProcess, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        try:
+            await self._deliver(process, send)
+        finally:
+            self.output_ended.set()
+        # Keep the pipe drained so the CLI never blocks writing; the run fails regardless.
+        if self.stream_failure is not None:
+            while await process.stdout.read(_DRAIN_CHUNK):
+                pass
+
+    async def _deliver(self, process: ManagedProcess, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
         reader = LineReader(process.stdout, self._max_frame_bytes)
-        broken = False
         with send:
             while True:
                 try:
@@ -152,22 +162,22 @@ class SupervisedTransport(Transport):
                         return
                     message = _decode(line)
                 except (FrameTooLarge, ValueError) as exc:
+                    if isinstance(exc, ValueError) and reader.exhausted and not process.frame_too_large:
+                        # The output ended inside a frame (the CLI died mid-write): that is the
+                        # end of the stream, and the exit, if observed, is what explains it.
+                        log.info("Claude Code CLI %d: stdout ended inside a frame", process.pid)
+                        return
                     failure = StreamFailure("the Claude Code CLI's output broke stream-json framing")
                     failure.__cause__ = exc
                     log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid, exc_info=exc)
                     self.stream_failure = failure
-                    broken = True
-                    break
+                    return
                 if message is None or await self._answered_here(message):
                     continue
                 if not self._closed:
                     # The SDK may have stopped listening: keep draining regardless.
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         await send.send(message)
-        if broken:
-            # Keep the pipe drained so the CLI never blocks writing; the run fails regardless.
-            while await process.stdout.read(_DRAIN_CHUNK):
-                pass
 
     async def _answered_here(self, message: dict[str, Any]) -> bool:
         """Answer the control requests the SDK cannot answer unattended."""
