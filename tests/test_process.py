@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -27,6 +24,7 @@ from supervisor._process import (
 )
 from supervisor._tree import PsutilTree, set_subreaper
 from tests.conftest import CHILDREN, PYTHON
+from tests.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -242,36 +240,16 @@ async def test_force_kill_skips_the_graces(tmp_path: Path, task_group: TaskGroup
     assert [e.event for e in trail.entries] == ["stdin_closed", "kill_forced", "tree_exited"]
 
 
-class _UnkillableTree(PsutilTree):
-    """The one path no real process takes: a descendant that outlives SIGKILL.
-
-    It reports a real sleeping process as part of the tree and drops every signal to it.
-    """
-
-    def __init__(self, phantom: psutil.Process) -> None:
-        self.phantom = phantom
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
-
-
 async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_group: TaskGroup) -> None:
-    phantom = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    try:
-        tree = _UnkillableTree(psutil.Process(phantom.pid))
+    with phantom_process() as phantom:
+        tree = UnkillableTree(phantom)
         proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, tree=tree), task_group)
         await ready_pids(proc)
         report, trail = await tear_down(proc, eof=0.1, term=0.1, kill_wait=0.2)
         assert not report.quiescent
-        assert report.survivors == (phantom.pid,)
+        assert report.survivors == (phantom,)
         assert report.exit == ExitFacts(0, None)
         assert trail.entries[-1].target == "survived"
-    finally:
-        phantom.kill()
-        phantom.wait()
 
 
 @pytest.mark.parametrize("size", [1000, 5 * 1024 * 1024])

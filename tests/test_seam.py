@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from pydantic import ValidationError
 
@@ -35,8 +33,8 @@ from supervisor import (
     TeardownFailed,
     UnsupportedCapability,
 )
-from supervisor._tree import PsutilTree
 from tests.scripted import ScriptedConfig, ScriptedProvider, scripted
+from tests.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -282,28 +280,15 @@ async def test_dispose_is_idempotent_and_concurrent_safe(tmp_path: Path) -> None
     assert [t.target for t in run.audit.entries].count("teardown") == 1
 
 
-class _UnkillableTree(PsutilTree):
-    def __init__(self, phantom: int) -> None:
-        self.phantom = psutil.Process(phantom)
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
-
-
 @pytest.fixture
 def phantom() -> Iterable[int]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+    with phantom_process() as pid:
+        yield pid
 
 
 def unkillable(phantom: int, env: dict[str, str | None] | None = None) -> ScriptedProvider:
     config = ScriptedConfig(env=env or {}, dispose_eof_grace_ms=50, dispose_grace_ms=50)
-    provider = ScriptedProvider(config=config, tree=_UnkillableTree(phantom))
+    provider = ScriptedProvider(config=config, tree=UnkillableTree(phantom))
     return provider
 
 

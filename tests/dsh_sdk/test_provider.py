@@ -14,9 +14,6 @@ import logging
 import math
 import os
 import re
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import suppress
@@ -47,7 +44,6 @@ from supervisor import (
     foreground_text,
     job_outcome,
 )
-from supervisor._process import ManagedProcess
 from supervisor._seam import NO_CAPABILITIES
 from supervisor._tree import PsutilTree
 from supervisor.providers import KINDS
@@ -63,6 +59,7 @@ from supervisor.providers.dsh_sdk._wire import (
     TurnEnd,
 )
 from tests.conftest import CHILDREN, PYTHON
+from tests.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -693,35 +690,17 @@ async def test_a_term_trapping_runtime_is_killed(tmp_path: Path) -> None:
     assert "TERM" in term_file.read_text()
 
 
-class _UnkillableTree(PsutilTree):
-    """Models the one thing no real process can do: a descendant that survives SIGKILL."""
-
-    def __init__(self, phantom: int) -> None:
-        self.phantom = psutil.Process(phantom)
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
-
-
 @pytest.fixture
 def phantom(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    # The ladder's last wait is a default bound at definition time; shorten it here.
-    kwdefaults = ManagedProcess.teardown.__kwdefaults__
-    assert kwdefaults is not None
-    monkeypatch.setitem(kwdefaults, "kill_wait", 0.2)
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+    monkeypatch.setattr("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.2)
+    with phantom_process() as pid:
+        yield pid
 
 
 async def test_a_tree_that_will_not_die_fails_dispose_with_a_shutdown_line(
     tmp_path: Path, phantom: int
 ) -> None:
-    provider = dsh(tmp_path, tree=_UnkillableTree(phantom), dispose_eof_grace_ms=50, dispose_grace_ms=50)
+    provider = dsh(tmp_path, tree=UnkillableTree(phantom), dispose_eof_grace_ms=50, dispose_grace_ms=50)
     with pytest.raises(TeardownFailed) as info:
         async with registry_with(provider).run("dsh-sdk", request(tmp_path)) as run:
             await run.result()
@@ -738,7 +717,7 @@ async def test_a_failed_start_whose_rollback_fails_carries_both_lines(tmp_path: 
     provider = dsh(
         tmp_path,
         {"INIT_ERROR": "1"},
-        tree=_UnkillableTree(phantom),
+        tree=UnkillableTree(phantom),
         dispose_eof_grace_ms=50,
         dispose_grace_ms=50,
     )
@@ -756,7 +735,7 @@ async def test_an_aborted_start_whose_rollback_fails_carries_the_shutdown_line_a
         tmp_path,
         {"HANG_INIT": "1"},
         record=record,
-        tree=_UnkillableTree(phantom),
+        tree=UnkillableTree(phantom),
         shutdown_timeout_ms=50,
         dispose_eof_grace_ms=50,
         dispose_grace_ms=50,

@@ -23,13 +23,12 @@ import io
 import json
 import signal
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import anyio
-import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -52,10 +51,10 @@ from supervisor._diagnostic import (
 from supervisor._errors import StartAborted
 from supervisor._process import ManagedProcess
 from supervisor._run import ProviderRun, StepFailed
-from supervisor._tree import PsutilTree
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON
 from tests.reliability.support import assert_bounded
+from tests.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -158,19 +157,6 @@ def test_no_real_diagnostic_can_reach_the_bound() -> None:
 # -- start and teardown failures -------------------------------------------------------------
 
 
-class _UnkillableTree(PsutilTree):
-    """Models what no real process can do: a descendant that survives SIGKILL."""
-
-    def __init__(self, phantom: int) -> None:
-        self.phantom = psutil.Process(phantom)
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
-
-
 class Oversized(ProviderRun):
     """A run whose hooks hand the seam oversized free text: what no real provider does.
 
@@ -204,10 +190,8 @@ class Oversized(ProviderRun):
 
 @pytest.fixture(scope="module")
 def phantom() -> Iterator[int]:
-    proc = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(600)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+    with phantom_process() as pid:
+        yield pid
 
 
 async def drive(run: ProviderRun) -> tuple[SubagentResult | None, StartFailed | None, TeardownFailed | None]:
@@ -240,7 +224,7 @@ async def test_every_path_of_a_run_applies_the_bound(
     text: str, fail_start: bool, leak: bool, phantom: int, workdir: Path
 ) -> None:
     """Results, StartFailed (with and without a failed rollback), TeardownFailed and the CLI JSON."""
-    tree = _UnkillableTree(phantom) if leak else None
+    tree = UnkillableTree(phantom) if leak else None
     run = Oversized(
         text=text,
         fail_start=fail_start,

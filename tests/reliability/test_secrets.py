@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import anyio
-import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,7 +45,6 @@ from supervisor import (
 )
 from supervisor._env import child_environment, is_scrubbed
 from supervisor._run import ProviderRun
-from supervisor._tree import PsutilTree
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
 from tests.conftest import CHILDREN, PYTHON
@@ -61,6 +57,7 @@ from tests.reliability.support import (
     dsh_fake,
     fake_claude,
 )
+from tests.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -368,25 +365,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- teardown failures ---------------------------------------------------------------------------
 
 
-class _UnkillableTree(PsutilTree):
-    """Models what no real process can do: a descendant that survives SIGKILL."""
-
-    def __init__(self, phantom: int) -> None:
-        self.phantom = psutil.Process(phantom)
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
-
-
 @pytest.fixture(scope="module")
 def phantom() -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+    with phantom_process() as pid:
+        yield pid
 
 
 @settings(max_examples=4, deadline=None, derandomize=True, database=None)
@@ -396,7 +378,7 @@ async def test_teardown_failures_carry_no_secret(secret: str, at: str, phantom: 
     config = acp_child(knobs, dispose_eof_grace_ms=50, dispose_grace_ms=50)
     with mock.patch("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.1):
         run = AcpRun(
-            provider_name="acp", config=config, request=request(secret), tree=_UnkillableTree(phantom)
+            provider_name="acp", config=config, request=request(secret), tree=UnkillableTree(phantom)
         )
         result, error = await run_to_end(run)
     assert isinstance(error, TeardownFailed | StartFailed)
