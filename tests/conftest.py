@@ -62,6 +62,19 @@ def leftovers() -> list[psutil.Process]:
     return list(found.values())
 
 
+def tagged(tag: str) -> list[psutil.Process]:
+    """Every live process on the machine whose environment carries the run tag ``tag``.
+
+    The tests' oracle for "the tree is gone", independent of the supervisor's own tracking.
+    """
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.environ().get("SUBAGENT_SUPERVISOR_RUN") == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
 def describe(proc: psutil.Process) -> str:
     try:
         with proc.oneshot():

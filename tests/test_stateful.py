@@ -46,7 +46,7 @@ from supervisor._env import RUN_TAG_VARIABLE, child_environment
 from supervisor._process import ExitFacts, ManagedProcess, SpawnSpec, StderrMode, TeardownReport
 from supervisor._run import ProviderRun
 from supervisor._tree import set_subreaper
-from tests.conftest import CHILDREN, PYTHON
+from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.scripted import scripted
 
 BEHAVE = str(CHILDREN / "behave.py")
@@ -65,16 +65,6 @@ BEHAVIOURS: dict[str, tuple[list[str], bool, ExitFacts | None, str]] = {
     "segv": (["signal", "SIGSEGV"], False, ExitFacts(None, "SIGSEGV"), "eof-wait"),
 }
 RUNGS = ("eof-wait", "term-wait", "kill-wait")
-
-
-def tagged(tag: str) -> list[psutil.Process]:
-    """Every live process on the machine carrying ``tag``: the oracle, independent of the supervisor."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.environ().get(RUN_TAG_VARIABLE) == tag and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
 
 
 def kill_all(procs: list[psutil.Process]) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 
 from machines import QUIESCENT
 from supervisor._diagnostic import (
@@ -28,10 +27,10 @@ from supervisor._diagnostic import (
     ProviderLabel,
     bound_diagnostic,
 )
-from supervisor._env import RUN_TAG_VARIABLE
 from supervisor._run import ProviderRun
 from supervisor.providers import acp, dsh_sdk
 from tests.conftest import CHILDREN, PYTHON, TESTS
+from tests.conftest import tagged as tagged
 
 ACP_CHILD = CHILDREN / "acp_child.py"
 FAKE_DSH = CHILDREN / "fake_dsh_runtime.py"
@@ -118,16 +117,6 @@ def marks() -> Iterator[Marks]:
 
 
 # -- the oracle: every process on the machine carrying a run's tag -------------------------
-
-
-def tagged(tag: str) -> list[psutil.Process]:
-    """Every live process whose environment carries ``SUBAGENT_SUPERVISOR_RUN=<tag>``."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if proc.environ().get(RUN_TAG_VARIABLE) == tag and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
 
 
 def assert_quiescent(run: ProviderRun) -> None:
