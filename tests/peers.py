@@ -297,28 +297,19 @@ def codex_acp_launch(
     found" warning to the reply text). With the defaults, a `Shell(..., escalated=True)` turn
     makes codex-acp send `session/request_permission`.
     """
-    binary = codex_acp_binary(node_modules)
-    top, home, work = _make_dirs("codex-acp", root, cwd)
-    codex_home = home / ".codex"
-    workspace = (cwd or work or top).resolve()
-    write_codex_config(
-        codex_home,
+    return _codex_launch(
+        "codex-acp",
+        [str(codex_acp_binary(node_modules))],
         server,
+        root=root,
+        cwd=cwd,
         model=model,
         approval_policy=approval_policy,
         sandbox_mode=sandbox_mode,
         features={"shell_snapshot": False},
-        trusted_projects=[workspace] if trust_workspace else [],
-        extra=extra_config,
-    )
-    return PeerLaunch(
-        name="codex-acp",
-        argv=[str(binary)],
-        env=_codex_env(home, codex_home, api_key),
-        cwd=workspace,
-        home=home,
-        config_dir=codex_home,
-        temp_dirs=[top],
+        extra_config=extra_config,
+        api_key=api_key,
+        trust_workspace=trust_workspace,
     )
 
 
@@ -394,8 +385,39 @@ def codex_app_server_launch(
     app-server only logs "fallback model metadata"); pass `cwd`/`model`/policies again in
     `thread/start` as the protocol expects.
     """
-    binary = codex_binary(node_modules)
-    top, home, work = _make_dirs("codex-app-server", root, cwd)
+    return _codex_launch(
+        "codex-app-server",
+        [str(codex_binary(node_modules)), *CODEX_APP_SERVER_ARGS],
+        server,
+        root=root,
+        cwd=cwd,
+        model=model,
+        approval_policy=approval_policy,
+        sandbox_mode=sandbox_mode,
+        features=CODEX_OFFLINE_FEATURES,
+        extra_config=extra_config,
+        api_key=api_key,
+        trust_workspace=trust_workspace,
+    )
+
+
+def _codex_launch(
+    name: str,
+    argv: list[str],
+    server: ModelServer,
+    *,
+    root: Path | None,
+    cwd: Path | None,
+    model: str,
+    approval_policy: str,
+    sandbox_mode: str,
+    features: Mapping[str, bool],
+    extra_config: str,
+    api_key: str,
+    trust_workspace: bool,
+) -> PeerLaunch:
+    """A codex binary with an isolated HOME and CODEX_HOME whose config points at the mock."""
+    top, home, work = _make_dirs(name, root, cwd)
     codex_home = home / ".codex"
     workspace = (cwd or work or top).resolve()
     write_codex_config(
@@ -404,13 +426,13 @@ def codex_app_server_launch(
         model=model,
         approval_policy=approval_policy,
         sandbox_mode=sandbox_mode,
-        features=CODEX_OFFLINE_FEATURES,
+        features=features,
         trusted_projects=[workspace] if trust_workspace else [],
         extra=extra_config,
     )
     return PeerLaunch(
-        name="codex-app-server",
-        argv=[str(binary), *CODEX_APP_SERVER_ARGS],
+        name=name,
+        argv=argv,
         env=_codex_env(home, codex_home, api_key),
         cwd=workspace,
         home=home,

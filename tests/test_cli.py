@@ -263,7 +263,15 @@ def test_blank_task_is_a_usage_error(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stderr) == (2, "subagents: the task is blank\n")
 
 
-def test_timeout_is_a_local_cancellation(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("hang_at", "expected"),
+    [
+        ("prompt", {"started": True, "stop_reason": "aborted", "diagnostic": None, "quiescent": True}),
+        ("initialize", {"started": False, "stop_reason": None, "diagnostic": None, "quiescent": True}),
+    ],
+    ids=["after-publication", "before-publication"],
+)
+def test_timeout_is_a_local_cancellation(tmp_path: Path, hang_at: str, expected: dict[str, Any]) -> None:
     proc = subagents(
         "run",
         "--json",
@@ -273,28 +281,11 @@ def test_timeout_is_a_local_cancellation(tmp_path: Path) -> None:
         "--",
         *ACP_CHILD,
         cwd=tmp_path,
-        env={"ACP_CHILD_HANG": "prompt"},
+        env={"ACP_CHILD_HANG": hang_at},
     )
     assert proc.returncode == 130
     doc = as_json(proc)
-    assert (doc["stop_reason"], doc["diagnostic"], doc["quiescent"]) == ("aborted", None, True)
-
-
-def test_timeout_before_publication_aborts_the_start(tmp_path: Path) -> None:
-    proc = subagents(
-        "run",
-        "--json",
-        "--timeout",
-        "1",
-        "t",
-        "--",
-        *ACP_CHILD,
-        cwd=tmp_path,
-        env={"ACP_CHILD_HANG": "initialize"},
-    )
-    assert proc.returncode == 130
-    doc = as_json(proc)
-    assert (doc["started"], doc["stop_reason"], doc["diagnostic"]) == (False, None, None)
+    assert {key: doc[key] for key in expected} == expected
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
