@@ -17,8 +17,7 @@ import anyio
 
 from benchmarks._stats import summary
 from machines import TeardownLadder
-from supervisor._env import child_environment
-from supervisor._process import ManagedProcess, SpawnSpec, StderrMode
+from supervisor.process import ManagedProcess, SpawnSpec, StderrMode, child_environment
 
 BEHAVE = str(Path(__file__).resolve().parent.parent / "tests" / "children" / "behave.py")
 

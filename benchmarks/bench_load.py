@@ -28,7 +28,7 @@ import psutil
 
 from benchmarks._stats import summary
 from supervisor import Registry, StopReason, SubagentRequest
-from supervisor._env import RUN_TAG_VARIABLE
+from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.acp import Provider, example_agent_config
 
 MiB = 1024 * 1024

@@ -24,8 +24,6 @@ from supervisor._errors import StartFailed as StartFailed
 from supervisor._errors import SubagentError as SubagentError
 from supervisor._errors import TeardownFailed as TeardownFailed
 from supervisor._errors import UnsupportedCapability as UnsupportedCapability
-from supervisor._process import ExitFacts as ExitFacts
-from supervisor._process import StderrMode as StderrMode
 from supervisor._registry import Provider as Provider
 from supervisor._registry import Registry as Registry
 from supervisor._run import ProviderRun as Run
@@ -33,6 +31,8 @@ from supervisor._seam import Capabilities as Capabilities
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
+from supervisor.process import ExitFacts as ExitFacts
+from supervisor.process import StderrMode as StderrMode
 
 __all__ = (
     "MAX_DIAGNOSTIC_BYTES",

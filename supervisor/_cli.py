@@ -24,11 +24,11 @@ from machines import Transition
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import ConfigError, Entry, load_file
 from supervisor._consumers import headline
-from supervisor._cwd import CwdError, check_directory
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
 from supervisor._registry import Registry
 from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor.process import CwdError, check_directory
 from supervisor.providers import KINDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143

@@ -14,8 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from supervisor._cwd import CwdError, resolve_configured_cwd
-from supervisor._process import DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, StderrMode
+from supervisor.process import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_STDERR_TAIL_BYTES,
+    CwdError,
+    StderrMode,
+    resolve_configured_cwd,
+)
 
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024

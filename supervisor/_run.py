@@ -28,13 +28,21 @@ from anyio.abc import TaskGroup, TaskStatus
 from machines import SETTLED, AuditTrail, Lifecycle, TeardownLadder, TransitionSink
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
-from supervisor._cwd import CwdError, resolve_run_cwd
 from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
-from supervisor._env import child_environment
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
-from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed, SpawnSpec, TeardownReport
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.process import (
+    CwdError,
+    ExitFacts,
+    ManagedProcess,
+    PsutilTree,
+    SpawnFailed,
+    SpawnSpec,
+    TeardownReport,
+    TreeBackend,
+    child_environment,
+    resolve_run_cwd,
+)
 
 log = logging.getLogger("supervisor")
 

@@ -16,9 +16,8 @@ from machines import SETTLED, TransitionSink, build_lifecycle, common_rows
 from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._process import LineReader
 from supervisor._run import ProviderRun, StepFailed
-from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.process import LineReader, PsutilTree, TreeBackend
 from tests.conftest import CHILDREN, PYTHON
 
 ScriptedLifecycle = build_lifecycle(

@@ -13,16 +13,18 @@ import pytest
 from anyio.abc import TaskGroup
 
 from machines import AuditTrail, TeardownLadder
-from supervisor._env import RUN_TAG_VARIABLE, child_environment
-from supervisor._process import (
+from supervisor.process import (
+    RUN_TAG_VARIABLE,
     ExitFacts,
     ManagedProcess,
+    PsutilTree,
     SpawnFailed,
     SpawnSpec,
     StderrMode,
     TeardownReport,
+    child_environment,
+    set_subreaper,
 )
-from supervisor._tree import PsutilTree, set_subreaper
 from tests.conftest import CHILDREN, PYTHON
 from tests.unkillable import UnkillableTree, phantom_process
 

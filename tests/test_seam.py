@@ -295,7 +295,7 @@ def unkillable(phantom: int, env: dict[str, str | None] | None = None) -> Script
 async def test_a_tree_that_will_not_die_fails_dispose(
     tmp_path: Path, phantom: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.2)
     registry = registry_with(unkillable(phantom))
     with pytest.raises(TeardownFailed) as info:
         async with registry.run("scripted", request(tmp_path)) as run:
@@ -312,7 +312,7 @@ async def test_a_tree_that_will_not_die_fails_dispose(
 async def test_failed_start_whose_rollback_fails_carries_both_lines(
     tmp_path: Path, phantom: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.2)
     registry = registry_with(unkillable(phantom, {"LINE_AGENT_START": "exit:4"}))
     with pytest.raises(StartFailed) as info:
         async with registry.run("scripted", request(tmp_path)):
@@ -327,7 +327,7 @@ async def test_failed_start_whose_rollback_fails_carries_both_lines(
 async def test_aborted_start_whose_rollback_fails_carries_the_teardown_line_alone(
     tmp_path: Path, phantom: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.2)
     provider = unkillable(phantom, {"LINE_AGENT_START": "hang"})
     registry = registry_with(provider)
     abort = AbortSignal()
@@ -422,7 +422,7 @@ def test_a_mode_0600_directory_is_not_enterable(tmp_path: Path) -> None:
     Root may enter any directory, so as root the check runs as ``nobody`` (the
     module has no dependencies and is loaded by path from a world-readable copy).
     """
-    from supervisor import _cwd
+    from supervisor.process import _cwd
 
     shared = Path(tempfile.mkdtemp(prefix="cwd-check-"))
     try:

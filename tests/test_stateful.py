@@ -42,10 +42,17 @@ from hypothesis.stateful import (
 
 from machines import TeardownLadder
 from supervisor import Registry, StopReason, SubagentRequest, SubagentResult
-from supervisor._env import RUN_TAG_VARIABLE, child_environment
-from supervisor._process import ExitFacts, ManagedProcess, SpawnSpec, StderrMode, TeardownReport
 from supervisor._run import ProviderRun
-from supervisor._tree import set_subreaper
+from supervisor.process import (
+    RUN_TAG_VARIABLE,
+    ExitFacts,
+    ManagedProcess,
+    SpawnSpec,
+    StderrMode,
+    TeardownReport,
+    child_environment,
+    set_subreaper,
+)
 from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.scripted import scripted
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import psutil
 
-from supervisor._tree import PsutilTree
+from supervisor.process import PsutilTree
 
 
 class UnkillableTree(PsutilTree):

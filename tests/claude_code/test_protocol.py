@@ -18,8 +18,8 @@ import pytest
 
 from supervisor import AbortSignal, Registry, StartAborted, StartFailed, StopReason, SubagentRequest
 from supervisor import SubagentResult as Result
-from supervisor._env import RUN_TAG_VARIABLE
 from supervisor._run import ProviderRun
+from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.claude_code import Provider
 from supervisor.providers.claude_code._run import DENIAL_MESSAGE
 from tests.claude_code.conftest import FakeCli, assistant_message, result_message

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from supervisor import Registry, SubagentRequest, SubagentResult
-from supervisor._env import RUN_TAG_VARIABLE
 from supervisor._run import ProviderRun
+from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.codex import Config, Provider
 from tests.codex.schema import Direction, Frame
 from tests.conftest import CHILDREN, PYTHON

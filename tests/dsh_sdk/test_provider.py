@@ -45,7 +45,7 @@ from supervisor import (
     job_outcome,
 )
 from supervisor._seam import NO_CAPABILITIES
-from supervisor._tree import PsutilTree
+from supervisor.process import PsutilTree
 from supervisor.providers import KINDS
 from supervisor.providers.dsh_sdk import Config, DshSdkRun, Provider
 from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
@@ -692,7 +692,7 @@ async def test_a_term_trapping_runtime_is_killed(tmp_path: Path) -> None:
 
 @pytest.fixture
 def phantom(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setattr("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.2)
     with phantom_process() as pid:
         yield pid
 

@@ -49,8 +49,8 @@ from supervisor._diagnostic import (
     join_lines,
 )
 from supervisor._errors import StartAborted
-from supervisor._process import ManagedProcess
 from supervisor._run import ProviderRun, StepFailed
+from supervisor.process import ManagedProcess
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON
 from tests.reliability.support import assert_bounded
@@ -233,7 +233,7 @@ async def test_every_path_of_a_run_applies_the_bound(
         request=SubagentRequest(task="t", parent_cwd=workdir),
         tree=tree,
     )
-    with mock.patch("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.1):
+    with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
         result, start_error, teardown_error = await drive(run)
     if fail_start:
         assert start_error is not None

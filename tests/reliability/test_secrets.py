@@ -43,8 +43,8 @@ from supervisor import (
     foreground_text,
     job_outcome,
 )
-from supervisor._env import child_environment, is_scrubbed
 from supervisor._run import ProviderRun
+from supervisor.process import child_environment, is_scrubbed
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
 from tests.conftest import CHILDREN, PYTHON
@@ -376,7 +376,7 @@ def phantom() -> Iterator[int]:
 async def test_teardown_failures_carry_no_secret(secret: str, at: str, phantom: int) -> None:
     knobs = {"ERROR_AT": at, "ERROR_TEXT": secret, "STDERR_TEXT": secret}
     config = acp_child(knobs, dispose_eof_grace_ms=50, dispose_grace_ms=50)
-    with mock.patch("supervisor._process.DEFAULT_KILL_WAIT_SECONDS", 0.1):
+    with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
         run = AcpRun(
             provider_name="acp", config=config, request=request(secret), tree=UnkillableTree(phantom)
         )

@@ -13,12 +13,12 @@ from pydantic import ValidationError
 
 from machines.acp import AcpLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
-from supervisor._process import (
+from supervisor._run import ProviderRun, StepFailed
+from supervisor._seam import StopReason, SubagentResult
+from supervisor.process import (
     ExitFacts,
     TeardownReport,
 )
-from supervisor._run import ProviderRun, StepFailed
-from supervisor._seam import StopReason, SubagentResult
 
 if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection

@@ -30,9 +30,9 @@ from claude_agent_sdk import (
 
 from machines.claude_code import ClaudeCodeLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
-from supervisor._process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._results import classify, read_result

@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import CLIConnectionError, Transport
 
-from supervisor._process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
+from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
 
 log = logging.getLogger("supervisor")
 

@@ -39,7 +39,7 @@ from machines import TransitionSink
 from supervisor._config import ProviderConfig, resolve_executable
 from supervisor._errors import ConfigurationError
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
-from supervisor._tree import PsutilTree, TreeBackend
+from supervisor.process import PsutilTree, TreeBackend
 from supervisor.providers.codex._run import CodexRun as CodexRun
 from supervisor.providers.codex._run import PermissionMode, app_server_argv
 from supervisor.providers.codex._wire import RunTap

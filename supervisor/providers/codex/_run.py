@@ -39,9 +39,9 @@ from pydantic import ValidationError
 
 from machines.codex import CodexLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, codex_permission_line, join_lines
-from supervisor._process import LineReader, ManagedProcess
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor.process import LineReader, ManagedProcess
 from supervisor.providers.codex._classify import classify
 from supervisor.providers.codex._protocol import (
     AgentMessageDelta,

@@ -40,7 +40,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from supervisor._process import FrameTooLarge, LineReader
+from supervisor.process import FrameTooLarge, LineReader
 
 __all__ = [
     "AppServerWire",

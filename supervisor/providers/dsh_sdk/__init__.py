@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from machines import TransitionSink
 from supervisor._config import CommandConfig, _grace
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
-from supervisor._tree import TreeBackend
+from supervisor.process import TreeBackend
 from supervisor.providers.dsh_sdk._run import DshSdkRun
 
 MAX_SAFE_INTEGER = 2**53 - 1

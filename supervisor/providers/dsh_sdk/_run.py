@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Final
 from machines import TransitionSink
 from machines.dsh_sdk import DshSdkLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._process import TeardownReport
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor._tree import TreeBackend
+from supervisor.process import TeardownReport, TreeBackend
 from supervisor.providers.dsh_sdk._wire import (
     DshClient,
     DshError,

@@ -19,7 +19,8 @@ import psutil
 from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
-from supervisor._tree import (
+from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
+from supervisor.process._tree import (
     ASYNCIO_CHILDREN,
     PsutilTree,
     TreeBackend,
@@ -32,10 +33,8 @@ from supervisor._tree import (
 
 log = logging.getLogger("supervisor")
 
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
 DEFAULT_KILL_WAIT_SECONDS = 5.0
-_READ_CHUNK = 64 * 1024
 
 
 class StderrMode(enum.StrEnum):
@@ -49,10 +48,6 @@ class SpawnFailed(Exception):
 
     Its text is the OS error: host log and ``__cause__`` only.
     """
-
-
-class FrameTooLarge(Exception):
-    """One protocol frame (line) exceeded ``max_frame_bytes``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,50 +151,6 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self._exited.set()
 
 
-class LineReader:
-    """Bounded NDJSON framing over a byte stream: no frame may exceed ``max_frame_bytes``.
-
-    Lines are returned without their newline.  Bytes are never decoded here, so a
-    multibyte character split across reads is whole by the time a line is returned.
-    """
-
-    def __init__(self, stream: asyncio.StreamReader, max_frame_bytes: int) -> None:
-        self._stream = stream
-        self._max = max_frame_bytes
-        self._buffer = bytearray()
-        self._eof = False
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether the stream ended and every byte was returned: right after a final
-        unterminated line, this tells it apart from a whole one."""
-        return self._eof and not self._buffer
-
-    async def read_line(self) -> bytes | None:
-        """The next line, or None at EOF (a final unterminated line is returned first)."""
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                if newline > self._max:
-                    raise FrameTooLarge
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                return line
-            if len(self._buffer) > self._max:
-                raise FrameTooLarge
-            if self._eof:
-                if self._buffer:
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    return line
-                return None
-            chunk = await self._stream.read(_READ_CHUNK)
-            if not chunk:
-                self._eof = True
-            else:
-                self._buffer += chunk
-
-
 class ManagedProcess:
     """A spawned child whose whole tree this object owns until :meth:`teardown` ends.
 
@@ -270,7 +221,7 @@ class ManagedProcess:
                 line = await reader.read_line()
             except FrameTooLarge:
                 # A giant stderr line: keep draining in chunks so the child never blocks.
-                chunk = await stream.read(_READ_CHUNK)
+                chunk = await stream.read(READ_CHUNK)
                 if not chunk:
                     return
                 self._keep_tail(chunk)

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import psutil
 
-from supervisor._env import RUN_TAG_VARIABLE
+from supervisor.process._env import RUN_TAG_VARIABLE
 
 log = logging.getLogger("supervisor")
 

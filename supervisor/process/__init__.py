@@ -1,0 +1,25 @@
+"""The process layer: spawn (environment, working directory), framing, the managed child
+and its whole tree, and the teardown ladder.  Nothing here knows about any protocol."""
+
+from __future__ import annotations
+
+from supervisor.process._cwd import CwdError as CwdError
+from supervisor.process._cwd import check_directory as check_directory
+from supervisor.process._cwd import resolve_configured_cwd as resolve_configured_cwd
+from supervisor.process._cwd import resolve_run_cwd as resolve_run_cwd
+from supervisor.process._env import RUN_TAG_VARIABLE as RUN_TAG_VARIABLE
+from supervisor.process._env import child_environment as child_environment
+from supervisor.process._env import is_scrubbed as is_scrubbed
+from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
+from supervisor.process._framing import FrameTooLarge as FrameTooLarge
+from supervisor.process._framing import LineReader as LineReader
+from supervisor.process._managed import DEFAULT_STDERR_TAIL_BYTES as DEFAULT_STDERR_TAIL_BYTES
+from supervisor.process._managed import ExitFacts as ExitFacts
+from supervisor.process._managed import ManagedProcess as ManagedProcess
+from supervisor.process._managed import SpawnFailed as SpawnFailed
+from supervisor.process._managed import SpawnSpec as SpawnSpec
+from supervisor.process._managed import StderrMode as StderrMode
+from supervisor.process._managed import TeardownReport as TeardownReport
+from supervisor.process._tree import PsutilTree as PsutilTree
+from supervisor.process._tree import TreeBackend as TreeBackend
+from supervisor.process._tree import set_subreaper as set_subreaper
