@@ -274,6 +274,7 @@ def _report(
             "exit_code": None if exit_facts is None else exit_facts.exit_code,
             "signal": None if exit_facts is None else exit_facts.signal,
             "quiescent": bool(run.quiescent),
+            "containment": run.containment,
             "audit": run.audit.as_dicts(),
         }
         if teardown_error is not None:

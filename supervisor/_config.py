@@ -12,13 +12,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from supervisor.process import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_STDERR_TAIL_BYTES,
+    ContainmentMode,
+    ContainmentUnavailable,
     CwdError,
     StderrMode,
+    check_containment,
     resolve_configured_cwd,
 )
 
@@ -66,6 +69,24 @@ class ProviderConfig(BaseModel):
     max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_BYTES, gt=0)
     stderr_tail_bytes: int = Field(default=DEFAULT_STDERR_TAIL_BYTES, gt=0)
     subreaper: bool = True
+    containment: ContainmentMode = ContainmentMode.AUTO
+    cgroup_root: Path | None = None
+
+    @model_validator(mode="after")
+    def _containment_available(self) -> ProviderConfig:
+        """``containment = "cgroup"`` that cannot be had is an error now, before anything spawns."""
+        try:
+            check_containment(self.containment, self.cgroup_root)
+        except ContainmentUnavailable as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @field_validator("cgroup_root")
+    @classmethod
+    def _absolute_cgroup_root(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("must be an absolute path")
+        return value
 
     @field_validator("dispose_eof_grace_ms", "dispose_grace_ms")
     @classmethod

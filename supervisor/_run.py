@@ -32,15 +32,15 @@ from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import (
+    Containment,
     CwdError,
     ExitFacts,
     ManagedProcess,
-    PsutilTree,
     SpawnFailed,
     SpawnSpec,
     TeardownReport,
-    TreeBackend,
     child_environment,
+    containment_for,
     resolve_run_cwd,
 )
 
@@ -78,10 +78,13 @@ class ProviderRun(ABC):
         config: ProviderConfig,
         request: SubagentRequest,
         trace: TransitionSink | None = None,
-        tree: TreeBackend | None = None,
+        tree: Containment | None = None,
     ) -> None:
         self.id = str(uuid.uuid4())
-        self.tree: TreeBackend = tree if tree is not None else PsutilTree()
+        # ``tree`` is the test seam: a containment substituted for the configured one.
+        self.tree: Containment = (
+            tree if tree is not None else containment_for(config.containment, config.cgroup_root)
+        )
         self.provider_name = provider_name
         self.config = config
         self.request = request
@@ -116,6 +119,11 @@ class ProviderRun(ABC):
     @property
     def exit_facts(self) -> ExitFacts | None:
         return None if self.process is None else self.process.exit_facts
+
+    @property
+    def containment(self) -> str:
+        """How this run's processes are contained: ``cgroup`` or ``process-tree``."""
+        return self.tree.mode
 
     @property
     def quiescent(self) -> bool | None:
@@ -256,7 +264,8 @@ class ProviderRun(ABC):
             stderr_tail_bytes=config.stderr_tail_bytes,
             max_frame_bytes=config.max_frame_bytes,
             subreaper=config.subreaper,
-            tree=self.tree,
+            containment=self.tree,
+            eof_grace=config.eof_grace,
         )
 
     async def spawn_child(

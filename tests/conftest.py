@@ -20,6 +20,14 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from supervisor.process import (
+    CgroupContainment,
+    Containment,
+    ContainmentMode,
+    containment_for,
+    detect_containment,
+)
+
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
 os.environ[SESSION_VARIABLE] = SESSION_TAG
@@ -96,21 +104,63 @@ def clean_up(procs: list[psutil.Process]) -> None:
             os.waitpid(proc.pid, os.WNOHANG)
 
 
+CGROUP_AVAILABLE = detect_containment().cgroup_base is not None
+
+
+@pytest.fixture(params=[ContainmentMode.CGROUP, ContainmentMode.PROCESS_TREE], ids=["cgroup", "process-tree"])
+def containment(request: pytest.FixtureRequest) -> Containment:
+    """Each containment mode in turn (cgroup only where this machine has it)."""
+    mode: ContainmentMode = request.param
+    if mode == ContainmentMode.CGROUP and not CGROUP_AVAILABLE:
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    return containment_for(mode)
+
+
+def run_cgroups() -> list[Path]:
+    """Run leaves that exist under this process's host group (none when cgroups are off)."""
+    if not CGROUP_AVAILABLE:
+        return []
+    found = containment_for(ContainmentMode.CGROUP)
+    assert isinstance(found, CgroupContainment)
+    return sorted(p for p in found.host_group.glob("run-*") if p.is_dir())
+
+
+def clean_up_cgroups(leaves: list[Path]) -> None:
+    for leaf in leaves:
+        with contextlib.suppress(OSError):
+            (leaf / "cgroup.kill").write_text("1")
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                leaf.rmdir()
+            if not leaf.exists():
+                break
+            psutil.wait_procs([], timeout=0.05)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
+    leaves_before = set(run_cgroups())
     yield
     left = [p for p in leftovers() if p.pid not in before]
     report = "\n".join(describe(p) for p in left)
+    leaves = [leaf for leaf in run_cgroups() if leaf not in leaves_before]
     if left:
         clean_up(left)
+    if leaves:
+        clean_up_cgroups(leaves)
+        report += "".join(f"\nrun cgroup left behind: {leaf}" for leaf in leaves)
+    if left or leaves:
         pytest.fail(f"test left processes behind:\n{report}", pytrace=False)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     left = leftovers()
-    if left:
+    leaves = run_cgroups()
+    if left or leaves:
         report = "\n".join(describe(p) for p in left)
+        report += "".join(f"\nrun cgroup left behind: {leaf}" for leaf in leaves)
         clean_up(left)
+        clean_up_cgroups(leaves)
         sys.stderr.write(f"\nprocesses left behind by the test session:\n{report}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

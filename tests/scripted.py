@@ -17,7 +17,7 @@ from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, ProviderLabel
 from supervisor._run import ProviderRun, StepFailed
-from supervisor.process import LineReader, PsutilTree, TreeBackend
+from supervisor.process import Containment, LineReader
 from tests.conftest import CHILDREN, PYTHON
 
 ScriptedLifecycle = build_lifecycle(
@@ -115,12 +115,12 @@ class ScriptedProvider:
         *,
         config: ScriptedConfig | None = None,
         capabilities: Capabilities | None = None,
-        tree: TreeBackend | None = None,
+        tree: Containment | None = None,
     ) -> None:
         self.name = name
         self.config = config or ScriptedConfig(dispose_eof_grace_ms=2000, dispose_grace_ms=1000)
         self.capabilities = capabilities or Capabilities()
-        self.tree = tree or PsutilTree()
+        self.tree = tree
         self.events = RunEvents()
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ScriptedRun:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CHILDREN, PYTHON
+from tests.conftest import CGROUP_AVAILABLE, CHILDREN, PYTHON
 
 ACP_CHILD = [PYTHON, "-I", str(CHILDREN / "acp_child.py")]
 
@@ -59,8 +59,10 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
         "exit_code",
         "signal",
         "quiescent",
+        "containment",
         "audit",
     }
+    assert doc["containment"] == ("cgroup" if CGROUP_AVAILABLE else "process-tree")
     assert doc["provider"] == doc["kind"] == "acp"
     assert doc["started"] is True
     assert doc["stop_reason"] == "completed"

@@ -15,9 +15,9 @@ from anyio.abc import TaskGroup
 from machines import AuditTrail, TeardownLadder
 from supervisor.process import (
     RUN_TAG_VARIABLE,
+    Containment,
     ExitFacts,
     ManagedProcess,
-    PsutilTree,
     SpawnFailed,
     SpawnSpec,
     StderrMode,
@@ -37,8 +37,8 @@ def spec_for(
     behaviour: str,
     *args: str,
     cwd: Path,
+    containment: Containment,
     stderr: StderrMode = StderrMode.DISCARD,
-    tree: PsutilTree | None = None,
     env: dict[str, str | None] | None = None,
 ) -> SpawnSpec:
     tag = os.urandom(8).hex()
@@ -48,7 +48,7 @@ def spec_for(
         env=child_environment(env or {}, run_tag=tag),
         run_tag=tag,
         stderr=stderr,
-        tree=tree or PsutilTree(),
+        containment=containment,
     )
 
 
@@ -82,35 +82,53 @@ def alive(pid: int) -> bool:
         return False
 
 
-async def test_eof_obeying_child_ends_at_the_first_rung(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path), task_group)
+async def test_eof_obeying_child_ends_at_the_first_rung(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
     await ready_pids(proc)
     report, trail = await tear_down(proc)
-    assert report == TeardownReport(quiescent=True, rung="eof-wait", exit=ExitFacts(0, None))
+    assert report == TeardownReport(
+        quiescent=True, rung="eof-wait", exit=ExitFacts(0, None), containment=containment.mode
+    )
     assert [(e.event, e.target) for e in trail.entries] == [
         ("stdin_closed", "eof-wait"),
         ("tree_exited", "gone"),
     ]
 
 
-async def test_eof_ignoring_child_gets_sigterm(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("ignore-eof", cwd=tmp_path), task_group)
+async def test_eof_ignoring_child_gets_sigterm(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(
+        spec_for("ignore-eof", cwd=tmp_path, containment=containment), task_group
+    )
     await ready_pids(proc)
     report, _ = await tear_down(proc, eof=0.2)
-    assert report == TeardownReport(quiescent=True, rung="term-wait", exit=ExitFacts(None, "SIGTERM"))
+    assert report == TeardownReport(
+        quiescent=True, rung="term-wait", exit=ExitFacts(None, "SIGTERM"), containment=containment.mode
+    )
 
 
-async def test_term_trapping_child_gets_sigkill(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("trap-term", cwd=tmp_path), task_group)
+async def test_term_trapping_child_gets_sigkill(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(
+        spec_for("trap-term", cwd=tmp_path, containment=containment), task_group
+    )
     await ready_pids(proc)
     report, trail = await tear_down(proc, eof=0.1, term=0.2)
-    assert report == TeardownReport(quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"))
+    assert report == TeardownReport(
+        quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"), containment=containment.mode
+    )
     assert [e.target for e in trail.entries] == ["eof-wait", "term-wait", "kill-wait", "gone"]
 
 
 @pytest.mark.parametrize("behaviour", ["grandchild", "setsid-grandchild", "daemon"])
-async def test_descendants_die_with_the_tree(tmp_path: Path, task_group: TaskGroup, behaviour: str) -> None:
-    proc = await ManagedProcess.spawn(spec_for(behaviour, cwd=tmp_path), task_group)
+async def test_descendants_die_with_the_tree(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, behaviour: str
+) -> None:
+    proc = await ManagedProcess.spawn(spec_for(behaviour, cwd=tmp_path, containment=containment), task_group)
     (descendant,) = await ready_pids(proc)
     assert alive(descendant)
     report, _ = await tear_down(proc, eof=0.3)
@@ -120,8 +138,12 @@ async def test_descendants_die_with_the_tree(tmp_path: Path, task_group: TaskGro
     assert not alive(descendant)
 
 
-async def test_term_ignoring_grandchild_is_killed(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("trap-term-tree", cwd=tmp_path), task_group)
+async def test_term_ignoring_grandchild_is_killed(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(
+        spec_for("trap-term-tree", cwd=tmp_path, containment=containment), task_group
+    )
     (grandchild,) = await ready_pids(proc)
     report, _ = await tear_down(proc, eof=0.1, term=0.3)
     assert report.quiescent
@@ -140,20 +162,18 @@ def subreaper_off() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("subreaper_off")
-async def test_without_the_subreaper_a_daemon_escapes(tmp_path: Path, task_group: TaskGroup) -> None:
-    """The reason the subreaper is on by default: without it the daemon leaks to PID 1."""
-    spec = spec_for("daemon", cwd=tmp_path)
+async def test_without_the_subreaper_a_daemon_is_still_ended(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    """Re-parented to PID 1, the daemon is still the run's: by its leaf, or by its run tag."""
+    spec = spec_for("daemon", cwd=tmp_path, containment=containment)
     spec = SpawnSpec(**{**spec.__dict__, "subreaper": False})
     proc = await ManagedProcess.spawn(spec, task_group)
     (daemon,) = await ready_pids(proc)
-    try:
-        report, _ = await tear_down(proc, eof=0.3)
-        assert report.quiescent  # it never saw the daemon...
-        assert alive(daemon)  # ...which is still running, adopted by PID 1
-        assert psutil.Process(daemon).ppid() != os.getpid()
-    finally:
-        psutil.Process(daemon).kill()
-        psutil.Process(daemon).wait(5)
+    assert psutil.Process(daemon).ppid() != os.getpid()
+    report, _ = await tear_down(proc, eof=0.3)
+    assert report.quiescent
+    assert not alive(daemon)
 
 
 @pytest.mark.parametrize(
@@ -166,31 +186,48 @@ async def test_without_the_subreaper_a_daemon_escapes(tmp_path: Path, task_group
     ],
 )
 async def test_exit_code_and_signal_are_observed_separately(
-    tmp_path: Path, task_group: TaskGroup, behaviour: str, arg: str, facts: ExitFacts
+    tmp_path: Path,
+    task_group: TaskGroup,
+    containment: Containment,
+    behaviour: str,
+    arg: str,
+    facts: ExitFacts,
 ) -> None:
-    proc = await ManagedProcess.spawn(spec_for(behaviour, arg, cwd=tmp_path), task_group)
+    proc = await ManagedProcess.spawn(
+        spec_for(behaviour, arg, cwd=tmp_path, containment=containment), task_group
+    )
     assert await proc.wait_exit() == facts
     report, _ = await tear_down(proc)
     assert report.exit == facts
     assert report.quiescent
 
 
-async def test_missing_command_fails_to_spawn(tmp_path: Path, task_group: TaskGroup) -> None:
-    spec = SpawnSpec(argv=[str(tmp_path / "no-such-program")], cwd=tmp_path, env={}, run_tag="x")
+async def test_missing_command_fails_to_spawn(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    spec = SpawnSpec(
+        argv=[str(tmp_path / "no-such-program")], cwd=tmp_path, env={}, run_tag="x", containment=containment
+    )
     with pytest.raises(SpawnFailed):
         await ManagedProcess.spawn(spec, task_group)
 
 
-async def test_vanished_cwd_fails_to_spawn(tmp_path: Path, task_group: TaskGroup) -> None:
+async def test_vanished_cwd_fails_to_spawn(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
     with pytest.raises(SpawnFailed):
-        await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path / "gone"), task_group)
+        await ManagedProcess.spawn(
+            spec_for("eof", cwd=tmp_path / "gone", containment=containment), task_group
+        )
 
 
 async def test_stderr_flood_is_drained_with_a_bounded_tail(
-    tmp_path: Path, task_group: TaskGroup, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="supervisor")
-    spec = spec_for("stderr-flood", str(50 * 1024 * 1024), cwd=tmp_path, stderr=StderrMode.LOG)
+    spec = spec_for(
+        "stderr-flood", str(50 * 1024 * 1024), cwd=tmp_path, containment=containment, stderr=StderrMode.LOG
+    )
     proc = await ManagedProcess.spawn(spec, task_group)
     await ready_pids(proc)  # the child got all 50 MiB out: nothing blocked it
     report, _ = await tear_down(proc)
@@ -200,14 +237,20 @@ async def test_stderr_flood_is_drained_with_a_bounded_tail(
 
 
 async def test_environment_is_scrubbed_and_layered(
-    tmp_path: Path, task_group: TaskGroup, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AMBIENT_API_KEY", "ambient-secret")
     monkeypatch.setenv("DSH_HOME", "/ambient")
     monkeypatch.setenv("PLAIN_SETTING", "kept")
     monkeypatch.setenv("DROP_ME", "x")
     names = "AMBIENT_API_KEY,DSH_HOME,PLAIN_SETTING,DROP_ME,CHILD_TOKEN," + RUN_TAG_VARIABLE
-    spec = spec_for("print-env", names, cwd=tmp_path, env={"CHILD_TOKEN": "explicit", "DROP_ME": None})
+    spec = spec_for(
+        "print-env",
+        names,
+        cwd=tmp_path,
+        containment=containment,
+        env={"CHILD_TOKEN": "explicit", "DROP_ME": None},
+    )
     proc = await ManagedProcess.spawn(spec, task_group)
     lines = [(await proc.stdout.readline()).decode().strip() for _ in range(6)]
     await ready_pids(proc)
@@ -222,15 +265,21 @@ async def test_environment_is_scrubbed_and_layered(
     await tear_down(proc)
 
 
-async def test_child_runs_in_the_given_cwd(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("pwd", cwd=tmp_path), task_group)
+async def test_child_runs_in_the_given_cwd(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(spec_for("pwd", cwd=tmp_path, containment=containment), task_group)
     assert (await proc.stdout.readline()).decode().strip() == str(tmp_path)
     await ready_pids(proc)
     await tear_down(proc)
 
 
-async def test_force_kill_skips_the_graces(tmp_path: Path, task_group: TaskGroup) -> None:
-    proc = await ManagedProcess.spawn(spec_for("trap-term", cwd=tmp_path), task_group)
+async def test_force_kill_skips_the_graces(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(
+        spec_for("trap-term", cwd=tmp_path, containment=containment), task_group
+    )
     await ready_pids(proc)
 
     async def second_ctrl_c() -> None:  # runs once teardown waits in its first grace
@@ -238,14 +287,18 @@ async def test_force_kill_skips_the_graces(tmp_path: Path, task_group: TaskGroup
 
     task_group.start_soon(second_ctrl_c)
     report, trail = await tear_down(proc, eof=3600, term=3600)
-    assert report == TeardownReport(quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"))
+    assert report == TeardownReport(
+        quiescent=True, rung="kill-wait", exit=ExitFacts(None, "SIGKILL"), containment=containment.mode
+    )
     assert [e.event for e in trail.entries] == ["stdin_closed", "kill_forced", "tree_exited"]
 
 
-async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_group: TaskGroup) -> None:
+async def test_a_tree_that_survives_sigkill_is_reported(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
     with phantom_process() as phantom:
-        tree = UnkillableTree(phantom)
-        proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, tree=tree), task_group)
+        tree = UnkillableTree(phantom, containment)
+        proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=tree), task_group)
         await ready_pids(proc)
         report, trail = await tear_down(proc, eof=0.1, term=0.1, kill_wait=0.2)
         assert not report.quiescent
@@ -256,9 +309,9 @@ async def test_a_tree_that_survives_sigkill_is_reported(tmp_path: Path, task_gro
 
 @pytest.mark.parametrize("size", [1000, 5 * 1024 * 1024])
 async def test_a_frame_over_the_bound_ends_stdout_after_the_lines_before_it(
-    tmp_path: Path, task_group: TaskGroup, size: int
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, size: int
 ) -> None:
-    spec = spec_for("frames", str(size), cwd=tmp_path)
+    spec = spec_for("frames", str(size), cwd=tmp_path, containment=containment)
     spec = SpawnSpec(**{**spec.__dict__, "max_frame_bytes": 100})
     proc = await ManagedProcess.spawn(spec, task_group)
     assert await proc.stdout.readline() == b"short\n"
@@ -269,8 +322,10 @@ async def test_a_frame_over_the_bound_ends_stdout_after_the_lines_before_it(
     assert report.quiescent
 
 
-async def test_frames_within_the_bound_pass_untouched(tmp_path: Path, task_group: TaskGroup) -> None:
-    spec = spec_for("frames", "100", cwd=tmp_path)
+async def test_frames_within_the_bound_pass_untouched(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    spec = spec_for("frames", "100", cwd=tmp_path, containment=containment)
     spec = SpawnSpec(**{**spec.__dict__, "max_frame_bytes": 100})
     proc = await ManagedProcess.spawn(spec, task_group)
     assert await proc.stdout.readline() == b"short\n"

@@ -10,8 +10,9 @@
    cancellation gives ``aborted`` without a diagnostic, dispose is idempotent and ends
    quiescent, and no child text reaches anything reported.
 
-Switching the subreaper off makes ``TreeMachine`` find the daemon leak; a test below
-pins that it does.
+Forcing the process-tree fallback with the subreaper off makes ``TreeMachine`` find
+the leak of an env-cleared daemon (which only a cgroup contains); a test below pins
+that it does.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ from supervisor import Registry, StopReason, SubagentRequest, SubagentResult
 from supervisor._run import ProviderRun
 from supervisor.process import (
     RUN_TAG_VARIABLE,
+    ContainmentMode,
     ExitFacts,
     ManagedProcess,
     SpawnSpec,
     StderrMode,
     TeardownReport,
     child_environment,
+    containment_for,
     set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON, tagged
@@ -70,7 +73,13 @@ BEHAVIOURS: dict[str, tuple[list[str], bool, ExitFacts | None, str]] = {
     "trap-term-tree": (["trap-term-tree"], True, ExitFacts(None, "SIGTERM"), "kill-wait"),
     "exit-3": (["exit", "3"], False, ExitFacts(3, None), "eof-wait"),
     "segv": (["signal", "SIGSEGV"], False, ExitFacts(None, "SIGSEGV"), "eof-wait"),
+    "churn": (["churn"], True, ExitFacts(0, None), "term-wait"),
+    "stopped-grandchild": (["stopped-grandchild"], True, ExitFacts(0, None), "term-wait"),
+    "own-subreaper": (["own-subreaper"], True, ExitFacts(0, None), "term-wait"),
+    "env-cleared-grandchild": (["env-cleared-grandchild"], True, ExitFacts(0, None), "term-wait"),
 }
+# Contained only by a cgroup (the fallback reports it honestly as not quiescent).
+CGROUP_ONLY = {"env-cleared-daemon": (["env-cleared-daemon"], True, ExitFacts(0, None), "term-wait")}
 RUNGS = ("eof-wait", "term-wait", "kill-wait")
 
 
@@ -106,10 +115,25 @@ class Child:
     behaviour: str
     tag: str
     process: ManagedProcess
+    pids: list[int]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def behaviours(mode: ContainmentMode) -> dict[str, tuple[list[str], bool, ExitFacts | None, str]]:
+    if containment_for(mode).mode == "cgroup":
+        return {**BEHAVIOURS, **CGROUP_ONLY}
+    return BEHAVIOURS
 
 
 class TreeMachine(RuleBasedStateMachine):
     subreaper = True
+    mode = ContainmentMode.AUTO
     children = Bundle("children")
 
     def __init__(self) -> None:
@@ -119,10 +143,14 @@ class TreeMachine(RuleBasedStateMachine):
         self.portal, self.task_group, _ = self._stack.enter_context(portal_with_task_group())
         self.live: list[Child] = []
         self.tags: list[str] = []
+        self.pids: list[int] = []
+        self.behaviours = behaviours(self.mode)
 
-    @rule(target=children, behaviour=st.sampled_from(sorted(BEHAVIOURS)))
+    @rule(target=children, behaviour=st.sampled_from(sorted({**BEHAVIOURS, **CGROUP_ONLY})))
     def spawn(self, behaviour: str) -> Child:
-        tail, says_ready, _, _ = BEHAVIOURS[behaviour]
+        if behaviour not in self.behaviours:
+            behaviour = "daemon"
+        tail, says_ready, _, _ = self.behaviours[behaviour]
         tag = uuid.uuid4().hex
         spec = SpawnSpec(
             argv=[PYTHON, "-I", BEHAVE, *tail],
@@ -131,15 +159,19 @@ class TreeMachine(RuleBasedStateMachine):
             run_tag=tag,
             stderr=StderrMode.DISCARD,
             subreaper=self.subreaper,
+            containment=containment_for(self.mode),
         )
 
-        async def start() -> ManagedProcess:
+        async def start() -> tuple[ManagedProcess, list[int]]:
             process = await ManagedProcess.spawn(spec, self.task_group)
+            pids: list[int] = []
             if says_ready:
-                await process.stdout.readline()
-            return process
+                pids = [int(w) for w in (await process.stdout.readline()).split()[1:]]
+            return process, pids
 
-        child = Child(behaviour, tag, self.portal.call(start))
+        process, pids = self.portal.call(start)
+        self.pids += pids
+        child = Child(behaviour, tag, process, pids)
         self.live.append(child)
         self.tags.append(tag)
         return child
@@ -148,11 +180,13 @@ class TreeMachine(RuleBasedStateMachine):
     def tear_down(self, child: Child) -> None:
         self.live.remove(child)
         report: TeardownReport = self.portal.call(self._teardown, child.process)
-        _, _, facts, deepest = BEHAVIOURS[child.behaviour]
+        _, _, facts, deepest = self.behaviours[child.behaviour]
+        left = [p for p in child.pids if alive(p)]
+        assert not left, f"{child.behaviour} left processes behind"
+        assert tagged(child.tag) == [], f"{child.behaviour} left processes behind"
         assert report.quiescent
         assert report.exit == facts
         assert RUNGS.index(report.rung) <= RUNGS.index(deepest)
-        assert tagged(child.tag) == [], f"{child.behaviour} left processes behind"
 
     @staticmethod
     async def _teardown(process: ManagedProcess) -> TeardownReport:
@@ -172,6 +206,7 @@ class TreeMachine(RuleBasedStateMachine):
             self._stack.close()
         finally:
             leaked = [p for tag in self.tags for p in tagged(tag)]
+            leaked += [psutil.Process(p) for p in self.pids if alive(p)]
             kill_all(leaked)
             set_subreaper(True)
 
@@ -263,12 +298,17 @@ TestRuns = RunMachine.TestCase
 TestRuns.settings = FAST
 
 
-class TreeMachineWithoutSubreaper(TreeMachine):
+class FallbackWithoutSubreaper(TreeMachine):
     subreaper = False
+    mode = ContainmentMode.PROCESS_TREE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.behaviours = {**BEHAVIOURS, **CGROUP_ONLY}
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_without_the_subreaper_the_fuzzer_finds_the_daemon_leak() -> None:
+def test_in_the_fallback_without_the_subreaper_the_fuzzer_finds_the_env_cleared_daemon_leak() -> None:
     finding = settings(
         max_examples=40,
         stateful_step_count=4,
@@ -277,6 +317,6 @@ def test_without_the_subreaper_the_fuzzer_finds_the_daemon_leak() -> None:
         database=None,
         phases=[Phase.generate],
     )
-    with pytest.raises(AssertionError, match="daemon left processes behind"):
-        run_state_machine_as_test(TreeMachineWithoutSubreaper, settings=finding)
+    with pytest.raises(AssertionError, match="env-cleared-daemon left processes behind"):
+        run_state_machine_as_test(FallbackWithoutSubreaper, settings=finding)
     assert os.environ.get(RUN_TAG_VARIABLE) is None

@@ -1,32 +1,80 @@
-"""The one injected fake at the process-tree seam: a descendant that survives SIGKILL.
+"""The one injected fake at the containment seam: a descendant that survives SIGKILL.
 
 No real process can do that, so a test models it with a real sleeping process (the
-"phantom") that :class:`UnkillableTree` reports as part of the run's tree while
-dropping every signal to it.  Everything else stays real.
+"phantom") that :class:`UnkillableTree` reports as part of every run it encloses,
+while no signal of the ladder ever reaches it.  Everything else stays real: the
+wrapped containment (cgroup or process-tree) does its own work on the real child.
 """
 
 from __future__ import annotations
 
-import signal
+import os
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from signal import Signals
 
-import psutil
+import anyio
 
-from supervisor.process import PsutilTree
+from supervisor.process import Containment, Enclosure, containment_for
 
 
-class UnkillableTree(PsutilTree):
-    def __init__(self, phantom: int) -> None:
-        self.phantom = psutil.Process(phantom)
+class UnkillableTree:
+    def __init__(self, phantom: int, inner: Containment | None = None) -> None:
+        self.phantom = phantom
+        self.inner = inner or containment_for()
 
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        return [*super().snapshot(root_pid, run_tag), self.phantom]
+    @property
+    def mode(self) -> str:
+        return self.inner.mode
 
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        super().send_signal([p for p in procs if p.pid != self.phantom.pid], pgid, sig)
+    def enclose(self, run_tag: str) -> Enclosure:
+        return _Haunted(self.inner.enclose(run_tag), self.phantom)
+
+
+class _Haunted:
+    def __init__(self, inner: Enclosure, phantom: int) -> None:
+        self.inner = inner
+        self.phantom = phantom
+
+    @property
+    def mode(self) -> str:
+        return self.inner.mode
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return self.inner.command(argv)
+
+    def started(self, pid: int) -> None:
+        self.inner.started(pid)
+
+    async def signal(self, sig: Signals) -> None:
+        await self.inner.signal(sig)  # never reaches the phantom
+
+    async def empty(self) -> bool:
+        return await self.inner.empty() and not _alive(self.phantom)
+
+    async def wait_empty(self, resignal: Signals | None = None) -> None:
+        await self.inner.wait_empty(resignal)
+        fd = os.pidfd_open(self.phantom)
+        try:
+            await anyio.wait_readable(fd)
+        finally:
+            os.close(fd)
+
+    def survivors(self) -> tuple[int, ...]:
+        return tuple(sorted({*self.inner.survivors(), self.phantom}))
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @contextmanager

@@ -1,8 +1,22 @@
-"""The process layer: spawn (environment, working directory), framing, the managed child
-and its whole tree, and the teardown ladder.  Nothing here knows about any protocol."""
+"""The process layer: spawn (environment, working directory), framing, the managed child,
+its containment (a cgroup leaf, or the process-tree fallback), and the teardown ladder.
+Nothing here knows about any protocol."""
 
 from __future__ import annotations
 
+from supervisor.process._cgroup import CgroupContainment as CgroupContainment
+from supervisor.process._cgroup import host_group_name as host_group_name
+from supervisor.process._cgroup import host_is_alive as host_is_alive
+from supervisor.process._cgroup import parse_host_group as parse_host_group
+from supervisor.process._cgroup import process_start_time as process_start_time
+from supervisor.process._containment import Containment as Containment
+from supervisor.process._containment import ContainmentMode as ContainmentMode
+from supervisor.process._containment import ContainmentUnavailable as ContainmentUnavailable
+from supervisor.process._containment import Detection as Detection
+from supervisor.process._containment import Enclosure as Enclosure
+from supervisor.process._containment import check_containment as check_containment
+from supervisor.process._containment import containment_for as containment_for
+from supervisor.process._containment import detect_containment as detect_containment
 from supervisor.process._cwd import CwdError as CwdError
 from supervisor.process._cwd import check_directory as check_directory
 from supervisor.process._cwd import resolve_configured_cwd as resolve_configured_cwd
@@ -20,6 +34,6 @@ from supervisor.process._managed import SpawnFailed as SpawnFailed
 from supervisor.process._managed import SpawnSpec as SpawnSpec
 from supervisor.process._managed import StderrMode as StderrMode
 from supervisor.process._managed import TeardownReport as TeardownReport
-from supervisor.process._tree import PsutilTree as PsutilTree
-from supervisor.process._tree import TreeBackend as TreeBackend
+from supervisor.process._tree import ProcessTreeContainment as ProcessTreeContainment
 from supervisor.process._tree import set_subreaper as set_subreaper
+from supervisor.process._tree import subreaper_enabled as subreaper_enabled

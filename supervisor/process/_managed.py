@@ -7,6 +7,7 @@ import contextlib
 import enum
 import logging
 import os
+import shutil
 import signal
 from collections import deque
 from collections.abc import Sequence
@@ -15,26 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
+from supervisor.process._containment import Containment, Enclosure, containment_for
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
-from supervisor.process._tree import (
-    ASYNCIO_CHILDREN,
-    PsutilTree,
-    TreeBackend,
-    is_gone,
-    open_pidfd,
-    reap_if_our_zombie,
-    reap_strays,
-    set_subreaper,
-)
+from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 
 log = logging.getLogger("supervisor")
 
 DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
 DEFAULT_KILL_WAIT_SECONDS = 5.0
+DEFAULT_EOF_GRACE_SECONDS = 6.0
 
 
 class StderrMode(enum.StrEnum):
@@ -74,6 +67,7 @@ class TeardownReport:
     rung: str
     exit: ExitFacts | None
     survivors: tuple[int, ...] = ()
+    containment: str = "process-tree"
 
 
 @dataclass(frozen=True)
@@ -88,7 +82,8 @@ class SpawnSpec:
     stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     subreaper: bool = True
-    tree: TreeBackend = field(default_factory=PsutilTree)
+    containment: Containment = field(default_factory=containment_for)
+    eof_grace: float = DEFAULT_EOF_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -96,7 +91,7 @@ class SpawnSpec:
 
 
 class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol plus two things the supervisor needs from the pipe layer.
+    """asyncio's stream protocol plus what the supervisor needs from the pipe layer.
 
     * An exit notification: ``Process.wait()`` returns only once every pipe is closed
       as well, which never happens while a descendant holds stdout, or once a reader
@@ -105,6 +100,8 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
       bytes arrive, so whoever reads stdout (a protocol SDK included) never buffers an
       oversized frame; past the bound the stream just ends, and ``frame_too_large``
       says why.
+    * An early end of stdout (:meth:`end_stdout`): once the child has exited, a
+      descendant still holding the pipe must not keep the reader waiting.
     """
 
     def __init__(self, exited: anyio.Event, loop: asyncio.AbstractEventLoop, max_frame_bytes: int) -> None:
@@ -112,22 +109,30 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self._exited = exited
         self._max_frame = max_frame_bytes
         self._line = 0
+        self._cut = False
         self.frame_too_large = False
         self.stdout_ended = False
+        self.stdout_closed = anyio.Event()
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         if fd == 1 and isinstance(data, bytes):
-            if self.frame_too_large:
+            if self._cut:
                 return
             cut = self._cut_at(data)
             if cut is not None:  # deliver the whole lines before the oversized one, then end
                 if cut:
                     super().pipe_data_received(fd, data[:cut])
-                self.frame_too_large = self.stdout_ended = True
-                if self.stdout is not None:
-                    self.stdout.feed_eof()
+                self.frame_too_large = True
+                self.end_stdout()
                 return
         super().pipe_data_received(fd, data)
+
+    def end_stdout(self) -> None:
+        """End the stdout stream for its reader now; later bytes are dropped."""
+        self._cut = self.stdout_ended = True
+        if self.stdout is not None:
+            self.stdout.feed_eof()
+        self.stdout_closed.set()
 
     def _cut_at(self, data: bytes) -> int | None:
         """None if every line stays within the bound, else where the first oversized line starts."""
@@ -144,6 +149,7 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 1:
             self.stdout_ended = True
+            self.stdout_closed.set()
         super().pipe_connection_lost(fd, exc)  # a second feed_eof after a cut is harmless
 
     def process_exited(self) -> None:
@@ -158,14 +164,20 @@ class ManagedProcess:
     :meth:`spawn`, which the run owns.
     """
 
-    def __init__(self, proc: asyncio.subprocess.Process, spec: SpawnSpec, protocol: _ChildProtocol) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        spec: SpawnSpec,
+        protocol: _ChildProtocol,
+        enclosure: Enclosure,
+    ) -> None:
         self._proc = proc
         self._protocol = protocol
         self._spec = spec
+        self._enclosure = enclosure
         self.pid = proc.pid
         self._exit: ExitFacts | None = None
         self._exited = anyio.Event()
-        self._tracked: dict[int, psutil.Process] = {}
         self._stderr_tail: deque[bytes] = deque()
         self._stderr_tail_size = 0
         self._force_kill = False
@@ -175,9 +187,15 @@ class ManagedProcess:
 
     @classmethod
     async def spawn(cls, spec: SpawnSpec, task_group: TaskGroup) -> ManagedProcess:
-        """Start ``spec.argv`` in a new session; raises :class:`SpawnFailed`."""
-        if spec.subreaper:
+        """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
+        _check_program(spec)
+        try:
+            enclosure = spec.containment.enclose(spec.run_tag)
+        except OSError as exc:
+            raise SpawnFailed(f"could not enclose the run: {exc!r}") from exc
+        if enclosure.mode == "process-tree" and spec.subreaper:
             set_subreaper(True)
+        argv = _command(spec, enclosure)
         stderr: int | None = {
             StderrMode.INHERIT: None,
             StderrMode.LOG: asyncio.subprocess.PIPE,
@@ -188,7 +206,7 @@ class ManagedProcess:
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ChildProtocol(exited, loop, spec.max_frame_bytes),
-                *spec.argv,
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
@@ -197,10 +215,12 @@ class ManagedProcess:
                 start_new_session=True,
             )
         except (OSError, ValueError) as exc:
+            enclosure.release()
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
-        managed = cls(proc, spec, protocol)
+        enclosure.started(proc.pid)
+        managed = cls(proc, spec, protocol, enclosure)
         task_group.start_soon(managed._watch_exit, exited)
         if proc.stderr is not None:
             task_group.start_soon(managed._drain_stderr, proc.stderr)
@@ -213,6 +233,13 @@ class ManagedProcess:
         ASYNCIO_CHILDREN.discard(self.pid)
         self._exit = ExitFacts.from_returncode(returncode)
         self._exited.set()
+        # A descendant may hold stdout open long after the child is gone: the reader
+        # must still learn, within the EOF grace, that the child's stream is over.
+        with anyio.move_on_after(self._spec.eof_grace):
+            await self._protocol.stdout_closed.wait()
+        if not self._protocol.stdout_ended:
+            log.debug("child %d exited; its stdout is still held open: ending it", self.pid)
+            self._protocol.end_stdout()
 
     async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
         reader = LineReader(stream, self._spec.stderr_tail_bytes)
@@ -287,6 +314,11 @@ class ManagedProcess:
 
     # -- teardown ----------------------------------------------------------------------
 
+    @property
+    def containment(self) -> str:
+        """The containment mode this child runs in (``cgroup`` or ``process-tree``)."""
+        return self._enclosure.mode
+
     def force_kill(self) -> None:
         """Skip the remaining graces: the ladder goes straight to SIGKILL (still reaping)."""
         self._force_kill = True
@@ -303,44 +335,53 @@ class ManagedProcess:
     ) -> TeardownReport:
         """Stdin EOF, then SIGTERM, then SIGKILL over the whole tree.  Call it shielded.
 
-        Each rung waits, event-driven, for the direct child's exit and then for every
-        tracked descendant's pidfd; a rung is skipped as soon as the tree is gone.
+        Each rung waits, event-driven, for the direct child's exit and then for the
+        enclosure to be empty.  A rung whose grace expired is only escalated after one
+        more look: a loaded event loop may notice the timer before the exit.
         """
-        self._track()
-        if not self._force_kill:
-            ladder.send("stdin_closed")
-            self.close_stdin()
-            # EOF asks the child to finish; once it is dead, what is left are orphans
-            # that will not read our stdin, so they get no EOF grace.
-            if self._exit is not None:
-                eof_grace = 0.0
-            if await self._wait_tree_gone(eof_grace, interruptible=True):
-                return self._finish(ladder, "tree_exited")
+        try:
             if not self._force_kill:
-                ladder.send("eof_grace_expired")
-                self._signal_tree(signal.SIGTERM)
-                if await self._wait_tree_gone(term_grace, interruptible=True):
+                ladder.send("stdin_closed")
+                self.close_stdin()
+                # EOF asks the child to finish; once it is dead, what is left are orphans
+                # that will not read our stdin, so they get no EOF grace.
+                if self._exit is not None:
+                    eof_grace = 0.0
+                if await self._wait_tree_gone(eof_grace, interruptible=True):
                     return self._finish(ladder, "tree_exited")
-        if self._force_kill and ladder.rung != "kill-wait":
-            ladder.send("kill_forced")
-        elif ladder.rung == "term-wait":
-            ladder.send("term_grace_expired")
-        self.close_stdin()
-        self._signal_tree(signal.SIGKILL)
-        if await self._wait_tree_gone(DEFAULT_KILL_WAIT_SECONDS if kill_wait is None else kill_wait):
-            return self._finish(ladder, "tree_exited")
-        return self._finish(ladder, "kill_wait_expired")
+                if not self._force_kill:
+                    ladder.send("eof_grace_expired")
+                    await self._signal_tree(signal.SIGTERM)
+                    if await self._wait_tree_gone(term_grace, interruptible=True, resignal=signal.SIGTERM):
+                        return self._finish(ladder, "tree_exited")
+            if self._force_kill and ladder.rung != "kill-wait":
+                ladder.send("kill_forced")
+            elif ladder.rung == "term-wait":
+                ladder.send("term_grace_expired")
+            self.close_stdin()
+            await self._signal_tree(signal.SIGKILL)
+            within = DEFAULT_KILL_WAIT_SECONDS if kill_wait is None else kill_wait
+            if await self._wait_tree_gone(within, resignal=signal.SIGKILL):
+                return self._finish(ladder, "tree_exited")
+            return self._finish(ladder, "kill_wait_expired")
+        finally:
+            self._enclosure.release()
 
     def _finish(self, ladder: TeardownLadder, event: str) -> TeardownReport:
         rung = ladder.rung
         ladder.send(event)
-        reap_strays()
-        survivors = tuple(sorted(self._live_tracked()))
-        if self._exit is None:
-            survivors = (self.pid, *survivors)
         quiescent = event == "tree_exited"
+        survivors = () if quiescent else self._enclosure.survivors()
+        if self._exit is None:
+            survivors = (self.pid, *(p for p in survivors if p != self.pid))
         self._close_transport()
-        return TeardownReport(quiescent=quiescent, rung=rung, exit=self._exit, survivors=survivors)
+        return TeardownReport(
+            quiescent=quiescent,
+            rung=rung,
+            exit=self._exit,
+            survivors=survivors,
+            containment=self._enclosure.mode,
+        )
 
     def _close_transport(self) -> None:
         self.close_stdin()
@@ -348,62 +389,73 @@ class ManagedProcess:
         if transport is not None:
             transport.close()
 
-    def _track(self) -> list[psutil.Process]:
-        """Merge a fresh snapshot into the tracked set; return the live tracked processes."""
-        reap_strays()
-        for proc in self._spec.tree.snapshot(self.pid, self._spec.run_tag):
-            self._tracked.setdefault(proc.pid, proc)
-        live = [p for p in self._tracked.values() if not is_gone(p)]
-        for proc in list(self._tracked.values()):
-            if proc not in live:
-                reap_if_our_zombie(proc.pid)
-        return live
-
-    def _live_tracked(self) -> list[int]:
-        return [p.pid for p in self._tracked.values() if not is_gone(p)]
-
-    def _signal_tree(self, sig: signal.Signals) -> None:
-        live = self._track()
+    async def _signal_tree(self, sig: signal.Signals) -> None:
         if self._exit is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(sig)
-        self._spec.tree.send_signal(live, self.pid, sig)
+        await self._enclosure.signal(sig)
 
-    async def _wait_tree_gone(self, within: float, *, interruptible: bool = False) -> bool:
-        """Wait up to ``within`` seconds for the child and every tracked descendant to be gone.
+    async def _child_gone(self) -> bool:
+        """Whether the direct child has exited, asking the kernel if asyncio has not said yet.
+
+        ``waitid(WNOWAIT)`` only peeks: the status stays for asyncio to reap.
+        """
+        if self._exited.is_set():
+            return True
+        try:
+            result = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)  # noqa: ASYNC222
+        except ChildProcessError:  # already reaped: asyncio's report is on its way
+            result = None
+        else:
+            if result is None:
+                return False
+        with anyio.move_on_after(1.0):
+            await self._exited.wait()
+        return self._exited.is_set()
+
+    async def _look(self) -> bool:
+        """One more look before escalating: the child exited and nothing of the run is alive."""
+        return await self._child_gone() and await self._enclosure.empty()
+
+    async def _wait_tree_gone(
+        self, within: float, *, interruptible: bool = False, resignal: signal.Signals | None = None
+    ) -> bool:
+        """Wait up to ``within`` seconds for the child and the whole enclosure to be gone.
 
         An ``interruptible`` wait (a grace) ends early when :meth:`force_kill` is called.
+        Gone is decided by an observation taken after the last signal, never by a timer.
         """
-        if within <= 0:
-            return self._exited.is_set() and not self._track()
-        with anyio.move_on_after(within) as scope:
-            self._grace_scope = scope if interruptible else None
-            try:
-                await self._exited.wait()
-                while True:
-                    live = self._track()
-                    if not live:
-                        return True
-                    await _wait_all_gone(live)
-            finally:
-                self._grace_scope = None
-        return False
+        if within > 0:
+            with anyio.move_on_after(within) as scope:
+                self._grace_scope = scope if interruptible else None
+                try:
+                    await self._exited.wait()
+                    await self._enclosure.wait_empty(resignal)
+                    return True
+                finally:
+                    self._grace_scope = None
+        if self._force_kill and interruptible:
+            return False
+        return await self._look()
 
 
-async def _wait_all_gone(procs: Sequence[psutil.Process]) -> None:
-    """Wait on the pidfds of ``procs`` until each has exited (reaping our own)."""
+def _command(spec: SpawnSpec, enclosure: Enclosure) -> list[str]:
+    """The argv actually spawned: the program, wrapped by whatever must run before it.
 
-    async def wait_one(proc: psutil.Process) -> None:
-        fd = open_pidfd(proc)
-        if fd is None:
-            reap_if_our_zombie(proc.pid)
-            return
-        try:
-            await anyio.wait_readable(fd)
-        finally:
-            os.close(fd)
-        reap_if_our_zombie(proc.pid)
+    The one place where prefixes are composed (today: the containment's entry shim).
+    """
+    return enclosure.command(spec.argv)
 
-    async with anyio.create_task_group() as tg:
-        for proc in procs:
-            tg.start_soon(wait_one, proc)
+
+def _check_program(spec: SpawnSpec) -> None:
+    """Fail a missing program here, as the OS would: a shim in front of it cannot."""
+    program = spec.argv[0]
+    path = spec.env.get("PATH", os.defpath)
+    if os.sep in program:
+        where = os.path.join(spec.cwd, program)
+        found = os.path.isfile(where) and os.access(where, os.X_OK)
+    else:
+        found = shutil.which(program, path=path) is not None
+    if not found:
+        error = FileNotFoundError(2, "No such file or directory", program)
+        raise SpawnFailed(f"could not start {program!r}: {error!r}") from error

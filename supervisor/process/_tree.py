@@ -1,18 +1,29 @@
-"""Whole-tree bookkeeping over the OS process table (psutil), and the one test seam.
+"""The fallback containment where no cgroup can be had: a run is what the process table says.
+
+Attribution
+-----------
+A process belongs to a run when, at some read of the shared process table
+(:mod:`supervisor.process._proctable`), it
+
+* descends from the run's direct child (the parent links of that read);
+* carries the run tag in its environment (even after leaving the group with ``setsid``);
+* is in the child's session or process group (even with a cleared environment);
+* or was attributed at an earlier read (same pid *and* start time): once the run's,
+  always the run's, whatever it did to its environment afterwards.
+
+What this cannot see is written down in the README (section "Containment").  Where the
+fallback cannot know, it does not claim quiescence: a live process re-parented to the
+supervisor (with the child subreaper on) that no run claims, started after the run,
+in a session of its own, "may be the run's", so the run is not reported quiescent
+while it lives.  It is never signalled, though: only attributed processes are.
 
 Who reaps what
 --------------
-* The direct child of a run is reaped by asyncio's process handle only; psutil never
-  waits on it (a second reaper steals its status: asyncio then reports 255).
-* With ``PR_SET_CHILD_SUBREAPER`` on the supervising process, a descendant that
-  daemonises (double fork, ``setsid``) is re-parented to *us* instead of PID 1.  It is
-  attributed to its run by the run tag in ``/proc/<pid>/environ`` and reaped here, by
-  pid (never ``waitpid(-1)``, which would steal asyncio's statuses).
-* Zombies re-parented to us that no run can claim are reaped by pid too, except pids
-  asyncio is waiting for.
-
-:class:`TreeBackend` is the single injected seam: a test can substitute it to model
-the one thing no real process can do, a tree that survives SIGKILL.
+* The direct child of a run is reaped by asyncio's process handle only (a second
+  reaper steals its status: asyncio then reports 255).
+* With ``PR_SET_CHILD_SUBREAPER`` a daemonising descendant is re-parented to *us*;
+  once it is a zombie it is reaped here, by pid, and only if a run claims it.  No
+  ``waitpid(-1)`` ever: an embedder's own children and their statuses stay untouched.
 """
 
 from __future__ import annotations
@@ -24,16 +35,20 @@ import logging
 import os
 import select
 import signal
-from collections.abc import Iterable
-from typing import Protocol
+import weakref
+from collections.abc import Sequence
+from signal import Signals
 
-import psutil
+import anyio
 
-from supervisor.process._env import RUN_TAG_VARIABLE
+from supervisor.process._proctable import TABLE, Table
 
 log = logging.getLogger("supervisor")
 
 _PR_SET_CHILD_SUBREAPER = 36
+PIDFD_BATCH = 64
+# Only when no pidfd can be opened at all (EMFILE): look again this often.
+_DEGRADED_POLL_SECONDS = 0.05
 
 # Pids whose status belongs to asyncio (direct children of runs).  Never reaped here.
 ASYNCIO_CHILDREN: set[int] = set()
@@ -46,9 +61,10 @@ class _Subreaper:
 def set_subreaper(on: bool) -> bool:
     """Make this process the subreaper of its descendants, or stop being it (Linux).
 
-    Process-wide: it changes nothing for processes that never daemonise.  Spawning
-    turns it on unless the provider's ``subreaper`` option is false; an embedder that
-    must not adopt orphans calls ``set_subreaper(False)``.  Returns whether it is on.
+    Process-wide: it changes nothing for processes that never daemonise.  Spawning in
+    the ``process-tree`` mode turns it on unless the provider's ``subreaper`` option is
+    false; an embedder that must not adopt orphans calls ``set_subreaper(False)``.
+    Returns whether it is on.
     """
     if _Subreaper.enabled == on:
         return on
@@ -63,40 +79,207 @@ def set_subreaper(on: bool) -> bool:
     return on
 
 
-def run_tag_of(proc: psutil.Process) -> str | None:
-    """The run tag in a live process's environment, or None (gone, zombie, unreadable)."""
+def subreaper_enabled() -> bool:
+    return _Subreaper.enabled
+
+
+class ProcessTreeContainment:
+    """Runs attributed over the process table (session, run tag, ancestry, subreaper)."""
+
+    mode = "process-tree"
+
+    def enclose(self, run_tag: str) -> TreeEnclosure:
+        return TreeEnclosure(run_tag)
+
+
+_live_enclosures: weakref.WeakSet[TreeEnclosure] = weakref.WeakSet()
+
+
+class TreeEnclosure:
+    """One run's processes as the process table shows them."""
+
+    mode = "process-tree"
+
+    def __init__(self, run_tag: str) -> None:
+        self.run_tag = run_tag
+        self._root: int | None = None
+        self._root_start: int | None = None
+        self._since: int | None = None  # when the run started, in clock ticks since boot
+        self._known: dict[int, int] = {}  # pid -> start time: attributed at some read
+        self._signalled: dict[int, Signals] = {}
+        self._last: list[int] = []
+        _live_enclosures.add(self)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return list(argv)
+
+    def started(self, pid: int) -> None:
+        self._root = pid
+        self._root_start = _start_time(pid)
+        self._since = self._root_start if self._root_start is not None else _now_ticks() - 1
+
+    # -- observation -----------------------------------------------------------------
+
+    async def look(self) -> tuple[list[int], list[int]]:
+        """One fresh observation: (live processes of the run, live ones that may be)."""
+        table = await TABLE.fresh()
+        live = self._claim(table)
+        uncertain = self._uncertain(table)
+        self._last = [*live, *uncertain]
+        return live, uncertain
+
+    def _claim(self, table: Table) -> list[int]:
+        """Attribute what this read shows, reap our claimed zombies; the live ones."""
+        root = self._root
+        entries = table.entries
+        seeds = [pid for pid, start in self._known.items() if table.same(pid, start)]
+        seeds += table.by_tag.get(self.run_tag, ())
+        if root is not None:
+            seeds += table.by_group.get(root, ())
+            if self._root_start is not None and table.same(root, self._root_start):
+                seeds.append(root)
+        found: set[int] = set()
+        while seeds:
+            pid = seeds.pop()
+            if pid in found or pid not in entries:
+                continue
+            found.add(pid)
+            seeds += table.children.get(pid, ())
+        live: list[int] = []
+        me = os.getpid()
+        for pid in found:
+            entry = entries[pid]
+            self._known[pid] = entry.start
+            if pid == root:
+                continue  # the direct child belongs to its asyncio handle
+            if not entry.zombie:
+                live.append(pid)
+            elif entry.ppid == me and pid not in ASYNCIO_CHILDREN:
+                _reap(pid)
+            elif not _thread_group_gone(pid):
+                live.append(pid)  # a leader that exited before its other threads
+        return live
+
+    def _uncertain(self, table: Table) -> list[int]:
+        """Live adoptees no run claims that may be this run's (see the module docstring)."""
+        if not _Subreaper.enabled or self._since is None:
+            return []
+        me = os.getpid()
+        own_session = os.getsid(0)
+        others = [e for e in _live_enclosures if e is not self]
+        found = []
+        for pid in table.children.get(me, ()):
+            entry = table.entries[pid]
+            if pid in ASYNCIO_CHILDREN or entry.zombie or pid in self._known:
+                continue
+            if entry.start < self._since or entry.sid == own_session:
+                continue
+            if any(other._owns(table, pid) for other in others):
+                continue
+            found.append(pid)
+        return found
+
+    def _owns(self, table: Table, pid: int) -> bool:
+        entry = table.entries[pid]
+        if self._known.get(pid) == entry.start or entry.tag == self.run_tag:
+            return True
+        return self._root is not None and self._root in (entry.sid, entry.pgrp)
+
+    async def empty(self) -> bool:
+        live, uncertain = await self.look()
+        return not live and not uncertain
+
+    # -- signals -----------------------------------------------------------------------
+
+    async def signal(self, sig: Signals) -> None:
+        """The child's group, then every live attributed process of a fresh read."""
+        self._killpg(sig)
+        live, _ = await self.look()
+        self._killpg(sig)  # anything forked into the group since
+        for pid in live:
+            self._send(pid, sig)
+        if sig == signal.SIGTERM:  # a stopped process handles SIGTERM only once continued
+            self._killpg(signal.SIGCONT)
+            for pid in live:
+                self._send(pid, signal.SIGCONT)
+
+    def _killpg(self, sig: Signals) -> None:
+        if self._root is None:
+            return
+        try:
+            os.killpg(self._root, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:  # a foreign group took the id: do not touch it
+            log.debug("killpg(%d) refused: %r", self._root, exc)
+
+    def _send(self, pid: int, sig: Signals) -> None:
+        """Signal ``pid`` if it is still the process attributed (pid *and* start time)."""
+        start = self._known.get(pid)
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError as exc:
+            if exc.errno != errno.EMFILE:
+                return
+            fd = -1
+        try:
+            if start is None or _start_time(pid) != start:
+                return
+            if fd >= 0:
+                signal.pidfd_send_signal(fd, sig)
+            else:
+                os.kill(pid, sig)
+            self._signalled[pid] = sig
+        except OSError:
+            pass
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def wait_empty(self, resignal: Signals | None = None) -> None:
+        """Return once a read finds nothing of the run alive.
+
+        Between reads, wait on pidfds (at most :data:`PIDFD_BATCH` open at once) of
+        what the last read found.  With ``resignal``, whatever a read finds that has
+        not had that signal yet gets it (and the child's group again): a chain that
+        forks and exits cannot outrun the rung.
+        """
+        while True:
+            live, uncertain = await self.look()
+            if not live and not uncertain:
+                return
+            if resignal is not None:
+                self._killpg(resignal)
+                for pid in live:
+                    if self._signalled.get(pid) != resignal:
+                        self._send(pid, resignal)
+            await _wait_gone([*live, *uncertain][:PIDFD_BATCH])
+
+    def survivors(self) -> tuple[int, ...]:
+        return tuple(sorted(self._last))
+
+    def release(self) -> None:
+        _live_enclosures.discard(self)
+
+
+def _start_time(pid: int) -> int | None:
     try:
-        return proc.environ().get(RUN_TAG_VARIABLE)
-    except (psutil.Error, OSError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        return int(raw[raw.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def is_gone(proc: psutil.Process) -> bool:
-    """Whether every thread of the process has exited (it may still await reaping).
-
-    A zombie *status* is not enough: a thread-group leader that exited before its
-    other threads shows as a zombie while those threads still run.  The pidfd says
-    it right: it becomes readable only once the whole thread group is gone.
-    """
-    try:
-        if not proc.is_running():
-            return True
-        if proc.status() != psutil.STATUS_ZOMBIE:
-            return False
-    except psutil.Error:
-        return True
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except OSError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], 0)[0])
-    finally:
-        os.close(fd)
+def _now_ticks() -> int:
+    with open("/proc/uptime", encoding="ascii") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
-def reap_if_our_zombie(pid: int) -> bool:
-    """Reap ``pid`` if it is our child and has exited; never touches asyncio's pids."""
+def _reap(pid: int) -> bool:
+    """Reap ``pid`` if it is our exited child; never touches asyncio's pids."""
     if pid in ASYNCIO_CHILDREN:
         return False
     try:
@@ -106,93 +289,46 @@ def reap_if_our_zombie(pid: int) -> bool:
     return done == pid
 
 
-class TreeBackend(Protocol):
-    """Finds a run's processes and signals them.  The real one is :class:`PsutilTree`."""
-
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        """Every live descendant of the run, except the root itself."""
-        ...
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        """Send ``sig`` to the process group and to every listed process."""
-        ...
+async def _wait_readable(fd: int) -> None:
+    await anyio.wait_readable(fd)
 
 
-class PsutilTree:
-    """The real backend: the root's descendants plus our tagged adoptees."""
+def _thread_group_gone(pid: int) -> bool:
+    """Whether every thread of a zombie-looking process has exited.
 
-    def snapshot(self, root_pid: int, run_tag: str) -> list[psutil.Process]:
-        found: dict[int, psutil.Process] = {}
-        with contextlib.suppress(psutil.Error):
-            for proc in psutil.Process(root_pid).children(recursive=True):
-                found[proc.pid] = proc
-        if _Subreaper.enabled:
-            for proc in _our_children():
-                if proc.pid in ASYNCIO_CHILDREN or proc.pid in found:
-                    continue
-                if run_tag_of(proc) == run_tag:
-                    found[proc.pid] = proc
-                    with contextlib.suppress(psutil.Error):
-                        for sub in proc.children(recursive=True):
-                            found[sub.pid] = sub
-                elif _exiting(proc):
-                    # Its tag can no longer be read, but its children may be this run's
-                    # and are re-parented to us only once it is fully gone: wait for it.
-                    found[proc.pid] = proc
-        return list(found.values())
-
-    def send_signal(self, procs: Iterable[psutil.Process], pgid: int, sig: signal.Signals) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:  # a foreign group took the id: do not touch it
-            log.debug("killpg(%d) refused: %r", pgid, exc)
-        for proc in procs:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
-
-
-def _exiting(proc: psutil.Process) -> bool:
+    A thread-group leader that exited before its other threads shows as a zombie while
+    they still run; its pidfd becomes readable only once the whole group is gone.
+    """
     try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _our_children() -> list[psutil.Process]:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return True
     try:
-        return psutil.Process().children()
-    except psutil.Error:
-        return []
-
-
-def reap_strays() -> None:
-    """Reap zombie children of ours that asyncio does not own (adoptees that died)."""
-    if not _Subreaper.enabled:
-        return
-    for proc in _our_children():
-        if proc.pid in ASYNCIO_CHILDREN:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                reap_if_our_zombie(proc.pid)
-
-
-def open_pidfd(proc: psutil.Process) -> int | None:
-    """A pidfd for ``proc`` if it is still the same process, else None."""
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except OSError as exc:
-        if exc.errno in (errno.ESRCH, errno.EINVAL):
-            return None
-        raise
-    # The pid may have been reused between the snapshot and pidfd_open.
-    try:
-        same = proc.is_running()
-    except psutil.Error:
-        same = False
-    if not same:
+        return bool(select.select([fd], [], [], 0)[0])
+    finally:
         os.close(fd)
-        return None
-    return fd
+
+
+async def _wait_gone(pids: list[int]) -> None:
+    """Wait until each of ``pids`` has exited (pidfds); degrade to a short pause on EMFILE."""
+    fds: list[int] = []
+    starved = False
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except OSError as exc:
+                if exc.errno == errno.EMFILE:
+                    starved = True
+                    break
+        if not fds:
+            if starved:
+                await anyio.sleep(_DEGRADED_POLL_SECONDS)
+            return
+        async with anyio.create_task_group() as tg:
+            for fd in fds:
+                tg.start_soon(_wait_readable, fd)
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)

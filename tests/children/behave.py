@@ -16,6 +16,13 @@ stderr-flood N      write N bytes to stderr, then behave like eof
 print-env NAME,...  print NAME=value lines for the names, then behave like eof
 pwd                 print the working directory, then behave like eof
 frames N            print "short", a line of N bytes and "after" in one write, then behave like eof
+env-cleared-daemon  a double-fork + setsid daemon that execs ``sleep`` with an empty environment
+env-cleared-grandchild  a grandchild in the child's group, execs ``sleep`` with an empty environment
+churn               a chain that forks a successor (in a new session) and exits every few ms
+stopped-grandchild  a ``sleep`` grandchild stopped with SIGSTOP; exit on EOF
+own-subreaper       the child makes itself a subreaper, then starts a daemon; exit on EOF
+storm N             N sleeping grandchildren; exit on EOF
+hold-stdout         a grandchild that keeps stdout open; the child exits at once after "ready"
 """
 
 from __future__ import annotations
@@ -77,6 +84,48 @@ def spawn_daemon() -> int:
     return pid
 
 
+def spawn_env_cleared(*, daemon: bool) -> int:
+    """A ``sleep`` that ran ``execve`` with an empty environment (no run tag left)."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        if daemon:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+        os.close(read_end)
+        os.write(write_end, str(os.getpid()).encode())
+        os.close(write_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.execve("/bin/sleep", ["sleep", "3600"], {})
+    os.close(write_end)
+    pid = int(os.read(read_end, 32))
+    os.close(read_end)
+    if daemon:
+        os.wait()  # reap the intermediate
+    return pid
+
+
+def churn() -> None:
+    """Fork a successor in a new session and exit, over and over (every ~5 ms)."""
+    if os.fork() != 0:
+        return
+    for fd in (0, 1):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    while True:
+        time.sleep(0.005)
+        if os.fork() != 0:
+            os._exit(0)
+        os.setsid()
+
+
+def set_own_subreaper() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+
+
 def main() -> None:
     behaviour = sys.argv[1]
     arg = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -132,6 +181,38 @@ def main() -> None:
         sys.stdout.buffer.write(b"short\n" + b"x" * int(arg) + b"\nafter\n")
         sys.stdout.flush()
         wait_eof()
+    elif behaviour == "env-cleared-daemon":
+        ready(spawn_env_cleared(daemon=True))
+        wait_eof()
+    elif behaviour == "env-cleared-grandchild":
+        ready(spawn_env_cleared(daemon=False))
+        wait_eof()
+    elif behaviour == "churn":
+        churn()
+        ready()
+        wait_eof()
+    elif behaviour == "stopped-grandchild":
+        pid = spawn_sleeper()
+        os.kill(pid, signal.SIGSTOP)
+        ready(pid)
+        wait_eof()
+    elif behaviour == "own-subreaper":
+        set_own_subreaper()
+        ready(spawn_daemon())
+        wait_eof()
+    elif behaviour == "storm":
+        pids = []
+        for _ in range(int(arg)):
+            pid = os.fork()
+            if pid == 0:
+                os.closerange(0, 3)
+                sleep_forever()
+            pids.append(pid)
+        ready()
+        wait_eof()
+    elif behaviour == "hold-stdout":
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)  # inherits stdout
+        ready()
     else:
         sys.exit(f"unknown behaviour {behaviour!r}")
 

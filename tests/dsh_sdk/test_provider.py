@@ -45,7 +45,7 @@ from supervisor import (
     job_outcome,
 )
 from supervisor._seam import NO_CAPABILITIES
-from supervisor.process import PsutilTree
+from supervisor.process import Containment
 from supervisor.providers import KINDS
 from supervisor.providers.dsh_sdk import Config, DshSdkRun, Provider
 from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
@@ -81,7 +81,7 @@ def dsh(
     name: str | None = None,
     record: Path | None = None,
     env: Mapping[str, str | None] | None = None,
-    tree: PsutilTree | None = None,
+    tree: Containment | None = None,
     **keys: Any,
 ) -> Provider:
     """A dsh-sdk provider running the fake, scripted by ``FAKE_DSH_<knob>`` values."""

@@ -39,7 +39,7 @@ from machines import TransitionSink
 from supervisor._config import ProviderConfig, resolve_executable
 from supervisor._errors import ConfigurationError
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
-from supervisor.process import PsutilTree, TreeBackend
+from supervisor.process import Containment
 from supervisor.providers.codex._run import CodexRun as CodexRun
 from supervisor.providers.codex._run import PermissionMode, app_server_argv
 from supervisor.providers.codex._wire import RunTap
@@ -114,14 +114,14 @@ class Provider:
         name: str | None = None,
         *,
         tap: RunTap | None = None,
-        tree: TreeBackend | None = None,
+        tree: Containment | None = None,
     ) -> None:
         self.config = config
         self.name = name or config.name or "codex"
         self.capabilities: Capabilities = NO_CAPABILITIES
         self.binary = resolve_binary(config)
         self._tap = tap
-        self._tree = tree or PsutilTree()
+        self._tree = tree
         self._version = _client_version()
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> CodexRun:

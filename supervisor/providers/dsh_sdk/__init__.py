@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from machines import TransitionSink
 from supervisor._config import CommandConfig, _grace
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
-from supervisor.process import TreeBackend
+from supervisor.process import Containment
 from supervisor.providers.dsh_sdk._run import DshSdkRun
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -50,12 +50,12 @@ class Config(CommandConfig):
 class Provider:
     """Runs ``config.command`` as a DSH SDK runtime for each request.
 
-    ``tree`` replaces the process-table backend (tests model an unkillable tree with it).
+    ``tree`` replaces the containment (tests model an unkillable tree with it).
     """
 
     inherits_parent_context = False
 
-    def __init__(self, config: Config, name: str | None = None, *, tree: TreeBackend | None = None) -> None:
+    def __init__(self, config: Config, name: str | None = None, *, tree: Containment | None = None) -> None:
         self.config = config
         self.name = name or config.name or "dsh-sdk"
         self._tree = tree

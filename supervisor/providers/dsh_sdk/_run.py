@@ -25,7 +25,7 @@ from machines.dsh_sdk import DshSdkLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor.process import TeardownReport, TreeBackend
+from supervisor.process import Containment, TeardownReport
 from supervisor.providers.dsh_sdk._wire import (
     DshClient,
     DshError,
@@ -94,7 +94,7 @@ class DshSdkRun(ProviderRun):
         config: Config,
         request: SubagentRequest,
         trace: TransitionSink | None = None,
-        tree: TreeBackend | None = None,
+        tree: Containment | None = None,
     ) -> None:
         super().__init__(provider_name=provider_name, config=config, request=request, trace=trace, tree=tree)
         self._client: DshClient | None = None

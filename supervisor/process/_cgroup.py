@@ -1,0 +1,311 @@
+"""cgroup v2 containment: one leaf per run, under one group per host process.
+
+Layout, under a cgroup the supervisor can write (its own cgroup v2 path on the unified
+mount, or a configured ``cgroup_root``)::
+
+    subagents-<host pid>-<host start time>/    one per supervising process
+        run-<run id>/                          one leaf per run
+
+The host group's name carries the host's identity, so a sweep can tell the groups of
+dead hosts from live ones (:func:`parse_host_group`).
+
+The child enters its leaf before the agent program runs: the spawned argv is a tiny
+shell shim that writes its own pid into ``cgroup.procs`` and then ``exec``s the real
+argv, so there is no moment in which the program could fork outside the leaf.  From
+then on the kernel keeps every descendant in the leaf, whatever it does (``setsid``,
+double fork, cleared environment, non-dumpable).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import logging
+import os
+import re
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from signal import Signals
+
+from supervisor.process._inotify import watch_file
+
+log = logging.getLogger("supervisor")
+
+HOST_GROUP_PREFIX = "subagents-"
+RUN_LEAF_PREFIX = "run-"
+_HOST_GROUP = re.compile(r"^subagents-(\d+)-(\d+)$")
+_SAFE_TAG = re.compile(r"[^A-Za-z0-9_.-]")
+
+# The entry shim: the shell writes its own pid (which ``exec`` keeps) into the leaf,
+# then becomes the program.  ``$0`` is the leaf's cgroup.procs, ``$@`` the real argv.
+SHIM = ("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"')
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks since boot (field 22 of its stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def host_group_name(pid: int | None = None, start_time: int | None = None) -> str:
+    """``subagents-<pid>-<start time>`` for the given host (default: this process)."""
+    if pid is None:
+        pid = os.getpid()
+    if start_time is None:
+        start_time = process_start_time(pid) or 0
+    return f"{HOST_GROUP_PREFIX}{pid}-{start_time}"
+
+
+def parse_host_group(name: str) -> tuple[int, int] | None:
+    """``(pid, start time)`` of a host group's name, or None if it is not one."""
+    match = _HOST_GROUP.match(name)
+    return None if match is None else (int(match[1]), int(match[2]))
+
+
+def host_is_alive(pid: int, start_time: int) -> bool:
+    """Whether the host named by a group is still running (same pid *and* start time)."""
+    return process_start_time(pid) == start_time
+
+
+def run_leaf_name(run_tag: str) -> str:
+    return RUN_LEAF_PREFIX + _SAFE_TAG.sub("_", run_tag)
+
+
+def unified_mount() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or on hybrid hosts
+    ``/sys/fs/cgroup/unified``), or None."""
+    found: list[Path] = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split()[:1] == ["cgroup2"]:
+                    found.append(Path(left.split()[4]))
+    except OSError:
+        return None
+    for preferred in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if preferred in found:
+            return preferred
+    return found[0] if found else None
+
+
+def own_cgroup_path() -> str | None:
+    """This process's path in the cgroup v2 hierarchy (the ``0::`` line), or None."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupBase:
+    """Where run leaves may be created, or why they may not (``path`` None)."""
+
+    path: Path | None
+    reason: str
+
+
+def find_cgroup_base(root: Path | None = None) -> CgroupBase:
+    """The writable cgroup v2 directory to put host groups in, or why there is none."""
+    if root is None:
+        mount = unified_mount()
+        if mount is None:
+            return CgroupBase(None, "no cgroup v2 hierarchy is mounted")
+        own = own_cgroup_path()
+        if own is None:
+            return CgroupBase(None, "this process has no cgroup v2 path in /proc/self/cgroup")
+        base = mount / own.lstrip("/")
+    else:
+        base = root
+    if not (base / "cgroup.procs").is_file():
+        return CgroupBase(None, f"{base} is not a cgroup v2 directory")
+    if not os.access(base, os.W_OK | os.X_OK) or not os.access(base / "cgroup.procs", os.W_OK):
+        return CgroupBase(None, f"{base} is not writable by this user")
+    return CgroupBase(base, f"cgroup v2 leaves under {base}")
+
+
+class CgroupContainment:
+    """Every run in its own cgroup v2 leaf under this host's group."""
+
+    mode = "cgroup"
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self._host_group: Path | None = None
+
+    @property
+    def host_group(self) -> Path:
+        """This host's group (created on first use, removed at exit when empty)."""
+        if self._host_group is None:
+            group = self.base / host_group_name()
+            group.mkdir(exist_ok=True)
+            atexit.register(_remove_quietly, group)
+            self._host_group = group
+        return self._host_group
+
+    def enclose(self, run_tag: str) -> CgroupEnclosure:
+        leaf = self.host_group / run_leaf_name(run_tag)
+        leaf.mkdir()
+        return CgroupEnclosure(leaf)
+
+
+def _own_children() -> list[int]:
+    """This process's children (every thread's), from ``/proc/self/task/*/children``."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                found += [int(word) for word in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+class CgroupEnclosure:
+    """One run's leaf: membership, signals, and "gone" as the kernel sees them."""
+
+    mode = "cgroup"
+
+    def __init__(self, leaf: Path) -> None:
+        self.leaf = leaf
+        self._root: int | None = None
+        self._released = False
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        return [*SHIM, str(self.leaf / "cgroup.procs"), *argv]
+
+    def started(self, pid: int) -> None:
+        self._root = pid
+
+    def members(self) -> list[int]:
+        try:
+            text = (self.leaf / "cgroup.procs").read_text()
+        except OSError:
+            return []
+        return [int(word) for word in text.split()]
+
+    def populated(self) -> bool:
+        try:
+            text = (self.leaf / "cgroup.events").read_text()
+        except FileNotFoundError:
+            return False
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "populated":
+                return value.strip() != "0"
+        return True
+
+    async def empty(self) -> bool:
+        return not self.populated()
+
+    async def signal(self, sig: Signals) -> None:
+        if sig == signal.SIGKILL and self._kill_all():
+            return
+        if self._root is not None:  # the child's own group, whatever the leaf says
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._root, sig)
+        for _ in range(100):  # bounded: only reached without cgroup.kill
+            members = self.members()
+            for pid in members:
+                self._signal_member(pid, sig)
+            if sig != signal.SIGKILL or not members:
+                break
+            if not self.populated():
+                break
+        if sig == signal.SIGTERM:  # a stopped member handles SIGTERM only once continued
+            for pid in self.members():
+                self._signal_member(pid, signal.SIGCONT)
+
+    def _kill_all(self) -> bool:
+        try:
+            (self.leaf / "cgroup.kill").write_text("1")
+        except OSError as exc:
+            log.debug("cgroup.kill of %s failed: %r", self.leaf, exc)
+            return False
+        return True
+
+    def _signal_member(self, pid: int, sig: Signals) -> None:
+        """Signal ``pid`` only if it is still in the leaf (a pidfd pins it while checked)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError as exc:
+            if exc.errno != errno.EMFILE:
+                return
+            fd = -1
+        try:
+            if not self._holds(pid):
+                return
+            if fd >= 0:
+                signal.pidfd_send_signal(fd, sig)
+            else:
+                os.kill(pid, sig)
+        except OSError:
+            pass
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _holds(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("0::"):
+                        return self.leaf.as_posix().endswith(line[3:].strip())
+        except OSError:
+            return False
+        return False
+
+    async def wait_empty(self, resignal: Signals | None = None) -> None:
+        """Return once ``populated 0``: woken by the kernel's modify event on ``cgroup.events``."""
+        del resignal  # membership is the kernel's: nothing new can slip past a signal
+        async with watch_file(self.leaf / "cgroup.events") as changed:
+            while self.populated():
+                await changed()
+
+    def survivors(self) -> tuple[int, ...]:
+        return tuple(sorted(self.members()))
+
+    def _reap_members(self) -> None:
+        for pid in _own_children():
+            if pid != self._root and self._holds(pid):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+
+    def release(self) -> None:
+        """Reap our zombie children that were members, then remove the leaf once empty.
+
+        Zombies become ours only when an embedder turned the child subreaper on; they
+        stay recognisable as members, since a zombie keeps its cgroup.  A populated leaf
+        stays, for a sweep to find.
+        """
+        if self._released:
+            return
+        self._reap_members()
+        try:
+            self.leaf.rmdir()
+            self._released = True
+        except OSError as exc:
+            log.debug("could not remove %s: %r", self.leaf, exc)

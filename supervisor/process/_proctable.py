@@ -1,0 +1,173 @@
+"""One shared read of the machine's process table, for every run of the fallback mode.
+
+Reading all of ``/proc`` costs time proportional to the machine's process count, so
+it is done at most once at a time, in a worker thread (the event loop never blocks
+on it), and every run that asks while a read is under way is served by the *next*
+read: an answer always comes from a read that started after the question, so it is
+an observation taken after whatever the asker did just before (a signal, an exit).
+
+Environments are read once per process (keyed by pid and start time), not once per
+read: the run tag a process was born with is remembered even after it clears its
+environment or is re-read as a zombie.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import anyio
+
+from supervisor.process._env import RUN_TAG_VARIABLE
+
+_TAG_PREFIX = RUN_TAG_VARIABLE.encode() + b"="
+# Listings of /proc per read at most (a machine forking without pause never settles).
+_MAX_LISTINGS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    pid: int
+    ppid: int
+    pgrp: int
+    sid: int
+    state: str
+    start: int
+    tag: str | None
+
+    @property
+    def zombie(self) -> bool:
+        return self.state in ("Z", "X")
+
+
+@dataclass(slots=True)
+class Table:
+    """One observation of the process table, indexed for attribution."""
+
+    entries: dict[int, Entry] = field(default_factory=dict)
+    children: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    by_tag: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    by_group: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def same(self, pid: int, start: int) -> bool:
+        entry = self.entries.get(pid)
+        return entry is not None and entry.start == start
+
+
+def _stat(pid: int) -> Entry | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    try:
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        return Entry(
+            pid=pid,
+            state=fields[0].decode(),
+            ppid=int(fields[1]),
+            pgrp=int(fields[2]),
+            sid=int(fields[3]),
+            start=int(fields[19]),
+            tag=None,
+        )
+    except (ValueError, IndexError):
+        return None
+
+
+def _tag(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        if item.startswith(_TAG_PREFIX):
+            return item[len(_TAG_PREFIX) :].decode(errors="replace")
+    return None
+
+
+def _pids() -> set[int]:
+    try:
+        return {int(name) for name in os.listdir("/proc") if name.isdigit()}
+    except OSError:
+        return set()
+
+
+def read_table(tags: dict[tuple[int, int], str | None]) -> Table:
+    """Read ``/proc`` once.  ``tags`` is the per-process tag memory, updated in place.
+
+    The read is complete as of its last directory listing: ``/proc`` is listed again
+    after the entries are read, and the new pids are read too, until a listing shows
+    nothing new.  So every process alive at that moment is in the table, and a chain
+    that forks a successor and exits cannot slip between the listing and the reads.
+    """
+    table = Table()
+    seen: set[tuple[int, int]] = set()
+    listed: set[int] = set()
+    todo = _pids()
+    for _ in range(_MAX_LISTINGS):
+        if not todo:
+            break
+        listed |= todo
+        for pid in sorted(todo):
+            entry = _stat(pid)
+            if entry is not None:
+                _add(table, entry, tags, seen)
+        todo = _pids() - listed
+    for key in [k for k in tags if k not in seen]:
+        del tags[key]
+    return table
+
+
+def _add(
+    table: Table, entry: Entry, tags: dict[tuple[int, int], str | None], seen: set[tuple[int, int]]
+) -> None:
+    key = (entry.pid, entry.start)
+    seen.add(key)
+    if key not in tags:
+        tags[key] = None if entry.zombie else _tag(entry.pid)
+    tag = tags[key]
+    if tag is not None:
+        entry = Entry(entry.pid, entry.ppid, entry.pgrp, entry.sid, entry.state, entry.start, tag)
+        table.by_tag[tag].append(entry.pid)
+    table.entries[entry.pid] = entry
+    table.children[entry.ppid].append(entry.pid)
+    table.by_group[entry.sid].append(entry.pid)
+    if entry.pgrp != entry.sid:
+        table.by_group[entry.pgrp].append(entry.pid)
+
+
+class SharedTable:
+    """Fresh observations of the process table, shared by every caller of one moment."""
+
+    def __init__(self) -> None:
+        self._tags: dict[tuple[int, int], str | None] = {}
+        self._table = Table()
+        self._started = 0
+        self._done = 0
+        self._reading: anyio.Event | None = None
+        self.reads = 0
+
+    async def fresh(self) -> Table:
+        """A table from a read that started after this call (possibly shared with others)."""
+        wanted = self._started + 1
+        while self._done < wanted:
+            if self._reading is None:
+                self._started += 1
+                generation = self._started
+                reading = self._reading = anyio.Event()
+                try:
+                    self._table = await anyio.to_thread.run_sync(read_table, self._tags)
+                    self._done = generation
+                    self.reads += 1
+                finally:
+                    self._reading = None
+                    reading.set()
+            else:
+                await self._reading.wait()
+        return self._table
+
+
+TABLE = SharedTable()
