@@ -20,7 +20,14 @@ import psutil
 import pytest
 from anyio.abc import TaskGroup
 
-from supervisor.process import Containment, ManagedProcess, ProcessTreeContainment
+from supervisor.process import (
+    Containment,
+    ManagedProcess,
+    ProcessTreeContainment,
+    detect_containment,
+    host_group_name,
+    parse_host_group,
+)
 from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.test_process import alive, ready_pids, spec_for, subreaper_off, tear_down
 
@@ -217,3 +224,23 @@ def test_a_300_process_storm_under_an_fd_limit_of_256(tmp_path: Path, containmen
     assert host.returncode == 0, host.stderr[-2000:]
     assert json.loads(host.stdout) == {"quiescent": True, "rung": "term-wait"}
     assert tagged(tag) == []
+
+
+def test_cgroup_asked_for_but_unavailable_is_a_configuration_error(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from supervisor.providers.acp import Config
+
+    with pytest.raises(
+        ValidationError, match=f"cgroup containment is not available: {tmp_path} is not a cgroup v2"
+    ):
+        Config(command="agent", containment="cgroup", cgroup_root=tmp_path)
+    assert Config(command="agent", containment="auto", cgroup_root=tmp_path).containment == "auto"
+
+
+def test_detection_names_the_mode_and_why(tmp_path: Path) -> None:
+    found = detect_containment(tmp_path)
+    assert found.mode == "process-tree"
+    assert found.reason == f"{tmp_path} is not a cgroup v2 directory"
+    assert parse_host_group(host_group_name(12, 345)) == (12, 345)
+    assert parse_host_group("subagents-x-1") is None

@@ -271,6 +271,15 @@ async def test_exit_during_prompt_is_process_exit_with_partial_output(tmp_path: 
     assert "process" in run.machine.stages_entered
 
 
+async def test_exit_while_a_grandchild_holds_stdout_settles_from_the_exit_facts(tmp_path: Path) -> None:
+    result, _ = await run_once(child(EXIT_AT="prompt", EXIT_CODE="9", HOLD_STDOUT="1"), tmp_path)
+    assert result == SubagentResult(
+        output="hello from acp_child",
+        stop_reason="error",
+        diagnostic="Subagent failure (provider: ACP; stage: process; category: process-exit; exit code: 9)",
+    )
+
+
 async def test_frame_over_the_limit_is_protocol(tmp_path: Path) -> None:
     result, _ = await run_once(child(HUGE_LINE=str(300_000), max_frame_bytes="100000"), tmp_path)
     assert result.stop_reason == "error"

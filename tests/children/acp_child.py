@@ -42,6 +42,7 @@ Turn end:
 Failures at a stage:
 
 - ``EXIT_AT=stage``, ``EXIT_CODE=n`` (default 1): exit with status n.
+- ``HOLD_STDOUT`` flag: at start, a ``sleep`` grandchild inherits stdout and keeps it open.
 - ``SIGNAL_AT=stage``, ``SIGNAL=NAME`` (default ``SIGKILL``; ``SIGSEGV``, ``SEGV`` or a number):
   kill itself with that signal (core dumps disabled).
 - ``ERROR_AT=stage`` (a request stage): answer with JSON-RPC error ``ERROR_CODE`` (default -32603),
@@ -93,6 +94,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -563,6 +565,8 @@ def main() -> NoReturn:
     if env("SIGNAL_AT"):
         prepare_signal()
     spawn_descendants()
+    if env("HOLD_STDOUT"):  # a grandchild that keeps stdout open after this child exits
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     child = Child(out)
     child.stage("start")
     if env("CLOSE_STDIN_AT") == "start":
