@@ -234,8 +234,8 @@ def test_cgroup_asked_for_but_unavailable_is_a_configuration_error(tmp_path: Pat
     with pytest.raises(
         ValidationError, match=f"cgroup containment is not available: {tmp_path} is not a cgroup v2"
     ):
-        Config(command="agent", containment="cgroup", cgroup_root=tmp_path)
-    assert Config(command="agent", containment="auto", cgroup_root=tmp_path).containment == "auto"
+        Config.model_validate({"command": "agent", "containment": "cgroup", "cgroup_root": str(tmp_path)})
+    assert Config.model_validate({"command": "agent", "cgroup_root": str(tmp_path)}).containment == "auto"
 
 
 def test_detection_names_the_mode_and_why(tmp_path: Path) -> None:
