@@ -1,0 +1,189 @@
+"""Per-run cost of the supervisor against a lean baseline, in both containment modes.
+
+Run: ``python -m benchmarks.bench_containment``.  ``BENCH_N`` (default ``1,10,100,200,400``)
+picks the concurrency levels, ``BENCH_ROUNDS`` (default 3) how often each is repeated,
+``BENCH_SERIAL`` (default 20) how many runs one after another make the N = 1 figure,
+``BENCH_FOREIGN`` (default 1000) how many idle foreign processes the last part starts.
+
+The baseline is what a careful hand-written harness does: a plain asyncio subprocess
+(new session), the same NDJSON ACP handshake with the example agent (initialize,
+session/new, one prompt), close stdin, wait.  No SDK, no containment, no ladder.
+
+Each level runs the baseline and the supervisor in each mode interleaved, round after
+round, and prints per-run parent CPU (``time.process_time``, worker threads included)
+and wall time (of the whole batch, divided by N), the ratios to the baseline, and the
+spurious escalations: runs whose audit shows ``eof_grace_expired`` although the
+example agent exits at stdin EOF at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+from supervisor import Registry, StopReason, SubagentRequest
+from supervisor.process import ContainmentMode, detect_containment
+from supervisor.providers.acp import EXAMPLE_AGENT, Provider, example_agent_config
+
+
+def levels() -> list[int]:
+    return [int(n) for n in os.environ.get("BENCH_N", "1,10,100,200,400").split(",") if n.strip()]
+
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SERIAL = int(os.environ.get("BENCH_SERIAL", "20"))
+FOREIGN = int(os.environ.get("BENCH_FOREIGN", "1000"))
+
+
+# -- the lean baseline ---------------------------------------------------------------------
+
+
+async def _request(
+    proc: asyncio.subprocess.Process, rid: int, method: str, params: dict[str, object]
+) -> dict[str, object]:
+    assert proc.stdin is not None and proc.stdout is not None
+    frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    proc.stdin.write(json.dumps(frame).encode() + b"\n")
+    await proc.stdin.drain()
+    while True:
+        line = await proc.stdout.readline()
+        if not line:
+            raise RuntimeError("agent closed stdout")
+        message = json.loads(line)
+        if message.get("id") == rid and "method" not in message:
+            return message  # type: ignore[no-any-return]
+
+
+async def baseline_run(cwd: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-I",
+        str(EXAMPLE_AGENT),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    await _request(proc, 1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    session = await _request(proc, 2, "session/new", {"cwd": str(cwd), "mcpServers": []})
+    session_id = session["result"]["sessionId"]  # type: ignore[index]
+    prompt = [{"type": "text", "text": "say hello"}]
+    await _request(proc, 3, "session/prompt", {"sessionId": session_id, "prompt": prompt})
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+
+
+# -- the supervisor --------------------------------------------------------------------------
+
+
+def supervisor_run(mode: ContainmentMode, escalations: list[int]) -> Callable[[Path], Awaitable[None]]:
+    registry = Registry()
+    registry.register(Provider(example_agent_config(containment=mode)))
+
+    async def one(cwd: Path) -> None:
+        async with registry.run("acp", SubagentRequest(task="say hello", parent_cwd=cwd)) as run:
+            result = await run.result()
+        assert result.stop_reason == StopReason.COMPLETED, result
+        assert run.quiescent
+        assert run.containment == mode.value
+        if any(entry.event == "eof_grace_expired" for entry in run.audit.entries):
+            escalations[0] += 1
+
+    return one
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+async def batch(run: Callable[[Path], Awaitable[None]], n: int, cwd: Path) -> tuple[float, float]:
+    """(parent CPU per run, wall per run) of ``n`` concurrent runs (``n`` = 1: serial runs)."""
+    count = SERIAL if n == 1 else n
+    cpu, wall = time.process_time(), time.perf_counter()
+    if n == 1:
+        for _ in range(count):
+            await run(cwd)
+    else:
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(run, cwd)
+    return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
+
+
+async def measure(n: int, cwd: Path, modes: list[ContainmentMode]) -> dict[str, tuple[float, float, int]]:
+    """Median per-run CPU and wall per contender, interleaved over the rounds; escalations summed."""
+    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], **{m.value: [] for m in modes}}
+    escalations = {m.value: [0] for m in modes}
+    runners = {"baseline": baseline_run, **{m.value: supervisor_run(m, escalations[m.value]) for m in modes}}
+    for runner in runners.values():  # warm-up: imports, page cache, schema builds
+        await runner(cwd)
+    for e in escalations.values():
+        e[0] = 0
+    for _ in range(ROUNDS):
+        for name, runner in runners.items():
+            samples[name].append(await batch(runner, n, cwd))
+    return {
+        name: (
+            statistics.median(s[0] for s in got),
+            statistics.median(s[1] for s in got),
+            escalations[name][0] if name in escalations else 0,
+        )
+        for name, got in samples.items()
+    }
+
+
+def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
+    base_cpu, base_wall, _ = figures["baseline"]
+    print(f"\n{title}")
+    print(f"  {'':14} {'CPU/run':>10} {'wall/run':>10} {'CPU x':>7} {'wall x':>7} {'escalations':>12}")
+    for name, (cpu, wall, escalated) in figures.items():
+        print(
+            f"  {name:14} {cpu * 1000:8.2f}ms {wall * 1000:8.2f}ms "
+            f"{cpu / base_cpu:7.2f} {wall / base_wall:7.2f} {escalated:12d}"
+        )
+
+
+def foreign_processes(count: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(count)]
+
+
+async def main() -> None:
+    found = detect_containment()
+    modes = [ContainmentMode.PROCESS_TREE]
+    if found.cgroup_base is not None:
+        modes.insert(0, ContainmentMode.CGROUP)
+    print(f"containment available: {found.mode.value} ({found.reason}); rounds {ROUNDS}, serial {SERIAL}")
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        quiet: dict[str, tuple[float, float, int]] = {}
+        for n in levels():
+            figures = await measure(n, cwd, modes)
+            if n == 1:
+                quiet = figures
+            report(f"N = {n}", figures)
+        if FOREIGN and quiet:
+            procs = foreign_processes(FOREIGN)
+            try:
+                figures = await measure(1, cwd, modes)
+            finally:
+                for proc in procs:
+                    proc.kill()
+                for proc in procs:
+                    proc.wait()
+            report(f"N = 1 with {FOREIGN} idle foreign processes", figures)
+            print("  per-run CPU with / without the foreign processes:")
+            for name in figures:
+                print(f"    {name:14} {figures[name][0] / quiet[name][0]:5.2f}x")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
