@@ -51,7 +51,8 @@ FOREIGN = int(os.environ.get("BENCH_FOREIGN", "1000"))
 async def _request(
     proc: asyncio.subprocess.Process, rid: int, method: str, params: dict[str, object]
 ) -> dict[str, object]:
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
     proc.stdin.write(json.dumps(frame).encode() + b"\n")
     await proc.stdin.drain()
