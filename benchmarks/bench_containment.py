@@ -26,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -87,7 +88,9 @@ async def baseline_run(cwd: Path) -> None:
 # -- the supervisor --------------------------------------------------------------------------
 
 
-def supervisor_run(mode: ContainmentMode, escalations: list[int]) -> Callable[[Path], Awaitable[None]]:
+def supervisor_run(
+    mode: ContainmentMode, escalations: list[int]
+) -> Callable[[Path], Coroutine[Any, Any, None]]:
     registry = Registry()
     registry.register(Provider(example_agent_config(containment=mode)))
 
@@ -106,7 +109,7 @@ def supervisor_run(mode: ContainmentMode, escalations: list[int]) -> Callable[[P
 # -- measuring ---------------------------------------------------------------------------
 
 
-async def batch(run: Callable[[Path], Awaitable[None]], n: int, cwd: Path) -> tuple[float, float]:
+async def batch(run: Callable[[Path], Coroutine[Any, Any, None]], n: int, cwd: Path) -> tuple[float, float]:
     """(parent CPU per run, wall per run) of ``n`` concurrent runs (``n`` = 1: serial runs)."""
     count = SERIAL if n == 1 else n
     cpu, wall = time.process_time(), time.perf_counter()
