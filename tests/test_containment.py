@@ -129,6 +129,13 @@ async def test_pid_churn_is_caught(tmp_path: Path, task_group: TaskGroup, contai
     report, _ = await tear_down(proc, eof=0.2, term=0.3)
     assert report.quiescent
     assert tagged(spec.run_tag) == []
+    if fallback(containment):
+        # A member that was re-parented to us and exited between two reads was never seen
+        # alive, so nothing attributes it: the fallback leaves its zombie alone (README).
+        for zombie in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if zombie.status() == psutil.STATUS_ZOMBIE:
+                    kill(zombie.pid)
 
 
 async def test_stopped_grandchild_is_ended(

@@ -31,6 +31,7 @@ from pathlib import Path
 from signal import Signals
 
 from supervisor.process._inotify import watch_file
+from supervisor.process._tree import subreaper_enabled
 
 log = logging.getLogger("supervisor")
 
@@ -289,6 +290,8 @@ class CgroupEnclosure:
         return tuple(sorted(self.members()))
 
     def _reap_members(self) -> None:
+        if not subreaper_enabled():  # without it, no member but the child is ever ours
+            return
         for pid in _own_children():
             if pid != self._root and self._holds(pid):
                 with contextlib.suppress(ChildProcessError):
