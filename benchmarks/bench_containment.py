@@ -157,7 +157,12 @@ def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
 
 
 def foreign_processes(count: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(count)]
+    """``count`` idle ``sleep``s that are not this process's children (a shell's, in its own group)."""
+    script = f'i=0; while [ $i -lt {count} ]; do sleep 3600 & i=$((i+1)); done; echo up; wait'
+    shell = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    assert shell.stdout is not None
+    shell.stdout.readline()
+    return [shell]
 
 
 async def main() -> None:
@@ -180,8 +185,7 @@ async def main() -> None:
                 figures = await measure(1, cwd, modes)
             finally:
                 for proc in procs:
-                    proc.kill()
-                for proc in procs:
+                    os.killpg(proc.pid, 9)
                     proc.wait()
             report(f"N = 1 with {FOREIGN} idle foreign processes", figures)
             print("  per-run CPU with / without the foreign processes:")
