@@ -158,7 +158,7 @@ def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
 
 def foreign_processes(count: int) -> list[subprocess.Popen[bytes]]:
     """``count`` idle ``sleep``s that are not this process's children (a shell's, in its own group)."""
-    script = f'i=0; while [ $i -lt {count} ]; do sleep 3600 & i=$((i+1)); done; echo up; wait'
+    script = f"i=0; while [ $i -lt {count} ]; do sleep 3600 & i=$((i+1)); done; echo up; wait"
     shell = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
     assert shell.stdout is not None
     shell.stdout.readline()

@@ -23,6 +23,7 @@ stopped-grandchild  a ``sleep`` grandchild stopped with SIGSTOP; exit on EOF
 own-subreaper       the child makes itself a subreaper, then starts a daemon; exit on EOF
 storm N             N sleeping grandchildren; exit on EOF
 hold-stdout         a grandchild that keeps stdout open; the child exits at once after "ready"
+nondumpable-daemon  a double-fork + setsid daemon that makes itself non-dumpable (environ unreadable)
 """
 
 from __future__ import annotations
@@ -120,6 +121,29 @@ def churn() -> None:
         os.setsid()
 
 
+def spawn_nondumpable_daemon() -> int:
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as after a setuid exec
+        os.close(read_end)
+        os.write(write_end, str(os.getpid()).encode())
+        os.close(write_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        sleep_forever()
+    os.close(write_end)
+    pid = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.wait()
+    return pid
+
+
 def set_own_subreaper() -> None:
     import ctypes
 
@@ -209,6 +233,9 @@ def main() -> None:
                 sleep_forever()
             pids.append(pid)
         ready()
+        wait_eof()
+    elif behaviour == "nondumpable-daemon":
+        ready(spawn_nondumpable_daemon())
         wait_eof()
     elif behaviour == "hold-stdout":
         subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)  # inherits stdout
