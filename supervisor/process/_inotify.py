@@ -4,7 +4,9 @@
 readiness API cannot ask for (the file always reads as "readable").  inotify turns the
 same kernel notification into an ordinary readable descriptor.  One inotify instance
 serves every watch of an event loop (the per-user limit on instances is small, about
-128), and it exists only while something is being watched.
+128).  It lives as long as its loop: closing an inotify descriptor waits for the
+kernel's SRCU grace period (milliseconds), too long for the loop, so it is closed only
+once its loop is closed (found at the next watch from another loop).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class _Instance:
             _libc.inotify_rm_watch(self.fd, wd)  # fails harmlessly once the file is gone
 
     def close(self) -> None:
-        self.loop.remove_reader(self.fd)
+        if not self.loop.is_closed():
+            self.loop.remove_reader(self.fd)
         os.close(self.fd)
 
     def _readable(self) -> None:
@@ -102,6 +105,8 @@ async def watch_file(path: Path) -> AsyncIterator[Callable[[], Awaitable[None]]]
     not lost, so "check, then await a change, then check again" never misses one.
     """
     loop = asyncio.get_running_loop()
+    for other in [other for other in _instances if other is not loop and other.is_closed()]:
+        _instances.pop(other).close()
     instance = _instances.get(loop)
     try:
         if instance is None:
@@ -118,9 +123,6 @@ async def watch_file(path: Path) -> AsyncIterator[Callable[[], Awaitable[None]]]
         yield watch.changed
     finally:
         instance.remove(wd, watch)
-        if not instance.watches and _instances.get(loop) is instance:
-            del _instances[loop]
-            instance.close()
 
 
 async def _degraded() -> None:

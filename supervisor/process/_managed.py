@@ -189,8 +189,8 @@ class ManagedProcess:
     async def spawn(cls, spec: SpawnSpec, task_group: TaskGroup) -> ManagedProcess:
         """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
         _check_program(spec)
-        try:
-            enclosure = spec.containment.enclose(spec.run_tag)
+        try:  # off the loop: creating a cgroup takes milliseconds in the kernel
+            enclosure = await anyio.to_thread.run_sync(spec.containment.enclose, spec.run_tag)
         except OSError as exc:
             raise SpawnFailed(f"could not enclose the run: {exc!r}") from exc
         if enclosure.mode == "process-tree" and spec.subreaper:
