@@ -251,3 +251,83 @@ def test_detection_names_the_mode_and_why(tmp_path: Path) -> None:
     assert found.reason == f"{tmp_path} is not a cgroup v2 directory"
     assert parse_host_group(host_group_name(12, 345)) == (12, 345)
     assert parse_host_group("subagents-x-1") is None
+
+
+NOBODY_HOST = textwrap.dedent(
+    """
+    import json, os, sys, anyio
+    from pathlib import Path
+    from machines import TeardownLadder
+    from supervisor.process import ManagedProcess, SpawnSpec, StderrMode, child_environment, containment_for
+
+    behave, tag = sys.argv[1:3]
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    async def main():
+        async with anyio.create_task_group() as tg:
+            spec = SpawnSpec(
+                argv=[sys.executable, behave, "nondumpable-daemon"], cwd=Path("/tmp"),
+                env=child_environment({}, run_tag=tag), run_tag=tag, stderr=StderrMode.DISCARD,
+                containment=containment_for(),
+            )
+            proc = await ManagedProcess.spawn(spec, tg)
+            daemon = int((await proc.stdout.readline()).split()[1])
+            report = await proc.teardown(TeardownLadder(), eof_grace=0.2, term_grace=0.3, kill_wait=0.3)
+            print(json.dumps({
+                "uid": os.getuid(), "containment": report.containment, "quiescent": report.quiescent,
+                "daemon": daemon, "survivor": daemon in report.survivors, "alive": alive(daemon),
+            }))
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+    """
+)
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not SYSTEM_PYTHON.exists(), reason="needs root and a system python3.11"
+)
+def test_non_dumpable_daemon_under_a_non_root_supervisor() -> None:
+    """As uid 65534 the daemon's environment is unreadable and cgroups are not writable.
+
+    The fallback cannot attribute the daemon, so the honest outcome is pinned: it is not
+    signalled, and the run is not reported quiescent while it lives.
+    """
+    import site
+
+    root = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join([str(root), *site.getsitepackages()])
+    tag = os.urandom(8).hex()
+    host = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", NOBODY_HOST, BEHAVE, tag],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/tmp",
+        env={**os.environ, "PYTHONPATH": path},
+        preexec_fn=_as_nobody,
+        check=False,
+    )
+    assert host.returncode == 0, host.stderr[-2000:]
+    outcome = json.loads(host.stdout)
+    try:
+        assert outcome["uid"] == 65534
+        assert outcome["containment"] == "process-tree"
+        assert outcome["quiescent"] is False
+        assert outcome["survivor"] is True
+        assert outcome["alive"] is True  # never signalled: it could not be proven the run's
+    finally:
+        kill(outcome["daemon"])
