@@ -31,7 +31,7 @@ from pathlib import Path
 from signal import Signals
 
 from supervisor.process._inotify import watch_file
-from supervisor.process._tree import subreaper_enabled
+from supervisor.process._tree import ASYNCIO_CHILDREN, subreaper_enabled
 
 log = logging.getLogger("supervisor")
 
@@ -293,7 +293,9 @@ class CgroupEnclosure:
         if not subreaper_enabled():  # without it, no member but the child is ever ours
             return
         for pid in _own_children():
-            if pid != self._root and self._holds(pid):
+            if pid in ASYNCIO_CHILDREN or pid == self._root:
+                continue  # direct children of runs are asyncio's to reap
+            if self._holds(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 

@@ -1,4 +1,8 @@
-"""One shared read of the machine's process table, for every run of the fallback mode.
+"""One shared read of the process table, for every run of the fallback mode.
+
+With the child subreaper on, the read walks only this process's descendants (every
+orphan of a run comes back to us, so nothing of a run can be elsewhere); without it,
+it reads all of ``/proc`` (an escaped daemon is then a child of PID 1).
 
 Reading all of ``/proc`` costs time proportional to the machine's process count, so
 it is done at most once at a time, in a worker thread (the event loop never blocks
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -139,6 +144,58 @@ def _add(
         table.by_group[entry.pgrp].append(entry.pid)
 
 
+def _children(pid: int) -> list[int]:
+    """The children of ``pid`` (of every thread), or [] if it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found += [int(word) for word in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
+    """Read only this process's descendants (cost: their number, not the machine's).
+
+    Complete only while this process is the child subreaper: then every orphan of a
+    descendant is re-parented to a descendant or to us, never out of the tree.  The
+    walk is repeated until a walk finds nothing the previous ones had not: a process
+    re-parented during a walk (to us, or to a descendant that is itself a subreaper)
+    is found by the next one.
+    """
+    table = Table()
+    seen: set[tuple[int, int]] = set()
+    visited: set[int] = set()
+    me = os.getpid()
+    for _ in range(_MAX_LISTINGS):
+        before = len(visited)
+        stack = _children(me)
+        walked: set[int] = set()
+        while stack:
+            pid = stack.pop()
+            if pid in walked:
+                continue
+            walked.add(pid)
+            if pid not in visited:
+                visited.add(pid)
+                entry = _stat(pid)
+                if entry is None:
+                    continue
+                _add(table, entry, tags, seen)
+            stack += _children(pid)
+        if len(visited) == before:
+            break
+    for key in [k for k in tags if k not in seen]:
+        del tags[key]
+    return table
+
+
 class SharedTable:
     """Fresh observations of the process table, shared by every caller of one moment."""
 
@@ -149,6 +206,8 @@ class SharedTable:
         self._done = 0
         self._reading: anyio.Event | None = None
         self.reads = 0
+        # Whether a walk of our own descendants sees everything (the subreaper is on).
+        self.descendants_only: Callable[[], bool] = lambda: False
 
     async def fresh(self) -> Table:
         """A table from a read that started after this call (possibly shared with others)."""
@@ -159,7 +218,8 @@ class SharedTable:
                 generation = self._started
                 reading = self._reading = anyio.Event()
                 try:
-                    self._table = await anyio.to_thread.run_sync(read_table, self._tags)
+                    read = read_descendants if self.descendants_only() else read_table
+                    self._table = await anyio.to_thread.run_sync(read, self._tags)
                     self._done = generation
                     self.reads += 1
                 finally:

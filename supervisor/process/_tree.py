@@ -83,6 +83,9 @@ def subreaper_enabled() -> bool:
     return _Subreaper.enabled
 
 
+TABLE.descendants_only = subreaper_enabled
+
+
 class ProcessTreeContainment:
     """Runs attributed over the process table (session, run tag, ancestry, subreaper)."""
 
