@@ -31,7 +31,7 @@ from pathlib import Path
 from signal import Signals
 
 from supervisor.process._inotify import watch_file
-from supervisor.process._tree import ASYNCIO_CHILDREN, subreaper_enabled
+from supervisor.process._tree import ASYNCIO_CHILDREN, in_slices, subreaper_enabled
 
 log = logging.getLogger("supervisor")
 
@@ -230,15 +230,13 @@ class CgroupEnclosure:
                 os.killpg(self._root, sig)
         for _ in range(100):  # bounded: only reached without cgroup.kill
             members = self.members()
-            for pid in members:
-                self._signal_member(pid, sig)
+            await in_slices(members, lambda pid: self._signal_member(pid, sig))
             if sig != signal.SIGKILL or not members:
                 break
             if not self.populated():
                 break
         if sig == signal.SIGTERM:  # a stopped member handles SIGTERM only once continued
-            for pid in self.members():
-                self._signal_member(pid, signal.SIGCONT)
+            await in_slices(self.members(), lambda pid: self._signal_member(pid, signal.SIGCONT))
 
     def _kill_all(self) -> bool:
         try:

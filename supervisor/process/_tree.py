@@ -36,10 +36,11 @@ import os
 import select
 import signal
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from signal import Signals
 
 import anyio
+import anyio.lowlevel
 
 from supervisor.process._proctable import TABLE, Table
 
@@ -199,12 +200,10 @@ class TreeEnclosure:
         self._killpg(sig)
         live, _ = await self.look()
         self._killpg(sig)  # anything forked into the group since
-        for pid in live:
-            self._send(pid, sig)
+        await in_slices(live, lambda pid: self._send(pid, sig))
         if sig == signal.SIGTERM:  # a stopped process handles SIGTERM only once continued
             self._killpg(signal.SIGCONT)
-            for pid in live:
-                self._send(pid, signal.SIGCONT)
+            await in_slices(live, lambda pid: self._send(pid, signal.SIGCONT))
 
     def _killpg(self, sig: Signals) -> None:
         if self._root is None:
@@ -255,9 +254,8 @@ class TreeEnclosure:
                 return
             if resignal is not None:
                 self._killpg(resignal)
-                for pid in live:
-                    if self._signalled.get(pid) != resignal:
-                        self._send(pid, resignal)
+                fresh = [pid for pid in live if self._signalled.get(pid) != resignal]
+                await in_slices(fresh, lambda pid: self._send(pid, resignal))
             await _wait_gone([*live, *uncertain][:PIDFD_BATCH])
 
     def survivors(self) -> tuple[int, ...]:
@@ -265,6 +263,19 @@ class TreeEnclosure:
 
     def release(self) -> None:
         _live_enclosures.discard(self)
+
+
+SLICE = 64
+
+
+async def in_slices(pids: Sequence[int], act: Callable[[int], object]) -> None:
+    """``act`` on each pid, letting the event loop run between slices (a signal costs a
+    few syscalls; a thousand of them in one go would hold the loop for tens of ms)."""
+    for start in range(0, len(pids), SLICE):
+        if start:
+            await anyio.lowlevel.checkpoint()
+        for pid in pids[start : start + SLICE]:
+            act(pid)
 
 
 def _start_time(pid: int) -> int | None:
