@@ -19,8 +19,10 @@ example agent exits at stdin EOF at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +35,7 @@ from typing import Any
 import anyio
 
 from supervisor import Registry, StopReason, SubagentRequest
-from supervisor.process import ContainmentMode, detect_containment
+from supervisor.process import ContainmentMode, detect_containment, set_subreaper, subreaper_enabled
 from supervisor.providers.acp import EXAMPLE_AGENT, Provider, example_agent_config
 
 
@@ -156,13 +158,16 @@ def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
         )
 
 
-def foreign_processes(count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` idle ``sleep``s that are not this process's children (a shell's, in its own group)."""
-    script = f"i=0; while [ $i -lt {count} ]; do sleep 3600 & i=$((i+1)); done; echo up; wait"
-    shell = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, start_new_session=True)
-    assert shell.stdout is not None
-    shell.stdout.readline()
-    return [shell]
+def foreign_processes(count: int) -> list[int]:
+    """``count`` idle ``sleep``s that are no descendants of this process (children of PID 1)."""
+    was = subreaper_enabled()
+    set_subreaper(False)  # let them be orphaned to PID 1, not to us
+    try:
+        script = f"i=0; while [ $i -lt {count} ]; do sleep 3600 >/dev/null 2>&1 & echo $!; i=$((i+1)); done"
+        shell = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    finally:
+        set_subreaper(was)
+    return [int(pid) for pid in shell.stdout.split()]
 
 
 async def main() -> None:
@@ -184,9 +189,9 @@ async def main() -> None:
             try:
                 figures = await measure(1, cwd, modes)
             finally:
-                for proc in procs:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+                for pid in procs:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
             report(f"N = 1 with {FOREIGN} idle foreign processes", figures)
             print("  per-run CPU with / without the foreign processes:")
             for name in figures:
