@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from supervisor.process import (
     DEFAULT_MAX_FRAME_BYTES,
@@ -69,17 +69,18 @@ class ProviderConfig(BaseModel):
     max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_BYTES, gt=0)
     stderr_tail_bytes: int = Field(default=DEFAULT_STDERR_TAIL_BYTES, gt=0)
     subreaper: bool = True
-    containment: ContainmentMode = ContainmentMode.AUTO
     cgroup_root: Path | None = None
+    containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
 
-    @model_validator(mode="after")
-    def _containment_available(self) -> ProviderConfig:
+    @field_validator("containment")
+    @classmethod
+    def _containment_available(cls, value: ContainmentMode, info: ValidationInfo) -> ContainmentMode:
         """``containment = "cgroup"`` that cannot be had is an error now, before anything spawns."""
         try:
-            check_containment(self.containment, self.cgroup_root)
+            check_containment(value, info.data.get("cgroup_root"))
         except ContainmentUnavailable as exc:
             raise ValueError(str(exc)) from None
-        return self
+        return value
 
     @field_validator("cgroup_root")
     @classmethod
