@@ -20,6 +20,9 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+from supervisor.process import keeper_pid
+from supervisor.process._keeper import KEEPER_PROGRAM
+
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
 os.environ[SESSION_VARIABLE] = SESSION_TAG
@@ -46,8 +49,37 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def is_keeper(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is a supervising host's keeper process."""
+    with contextlib.suppress(psutil.Error):
+        return str(KEEPER_PROGRAM) in proc.cmdline()
+    return False
+
+
+def settle_keepers(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` without keepers that exit (and are reaped) within a bounded wait.
+
+    A keeper outlives its host by the moment it takes to read end of file: a CLI the
+    test already waited for may leave its keeper exiting.  One that does not exit
+    once its host is gone is a leak like any other.
+    """
+    keepers = [p for p in procs if is_keeper(p)]
+    if not keepers:
+        return procs
+    _, alive = psutil.wait_procs(keepers, timeout=10)
+    for proc in keepers:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+    settled = {p.pid for p in keepers} - {p.pid for p in alive}
+    return [p for p in procs if p.pid not in settled]
+
+
 def leftovers() -> list[psutil.Process]:
-    """Our descendants, plus anything on the machine carrying this session's tag."""
+    """Our descendants, plus anything on the machine carrying this session's tag.
+
+    This process's own keeper is not a leftover: it lives as long as the session and
+    exits with it.
+    """
     me = psutil.Process()
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
@@ -59,6 +91,7 @@ def leftovers() -> list[psutil.Process]:
         with contextlib.suppress(psutil.Error, OSError):
             if proc.environ().get(SESSION_VARIABLE) == SESSION_TAG:
                 found[proc.pid] = proc
+    found.pop(keeper_pid() or 0, None)
     return list(found.values())
 
 
@@ -100,7 +133,7 @@ def clean_up(procs: list[psutil.Process]) -> None:
 def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     yield
-    left = [p for p in leftovers() if p.pid not in before]
+    left = settle_keepers([p for p in leftovers() if p.pid not in before])
     report = "\n".join(describe(p) for p in left)
     if left:
         clean_up(left)
@@ -108,7 +141,7 @@ def no_leaked_processes() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = leftovers()
+    left = settle_keepers(leftovers())
     if left:
         report = "\n".join(describe(p) for p in left)
         clean_up(left)

@@ -19,7 +19,11 @@ import psutil
 from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
+from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
+from supervisor.process._host import pdeathsig_preexec, this_host
+from supervisor.process._keeper import register_run, unregister_run
+from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import (
     ASYNCIO_CHILDREN,
     PsutilTree,
@@ -78,7 +82,8 @@ class TeardownReport:
 
 @dataclass(frozen=True)
 class SpawnSpec:
-    """What to run.  ``env`` is final (already scrubbed and layered, run tag included)."""
+    """What to run.  ``env`` is final (already scrubbed and layered, run tag included);
+    spawn adds only the host identity."""
 
     argv: Sequence[str]
     cwd: Path
@@ -183,6 +188,7 @@ class ManagedProcess:
             StderrMode.LOG: asyncio.subprocess.PIPE,
             StderrMode.DISCARD: asyncio.subprocess.DEVNULL,
         }[spec.stderr]
+        await sweep_once()  # what dead hosts left: once per host process
         loop = asyncio.get_running_loop()
         exited = anyio.Event()
         try:
@@ -193,13 +199,15 @@ class ManagedProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
                 cwd=spec.cwd,
-                env=spec.env,
+                env={**spec.env, HOST_TAG_VARIABLE: str(this_host())},
                 start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
             )
         except (OSError, ValueError) as exc:
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
+        register_run(spec.run_tag, proc.pid)  # the keeper ends it if this process dies
         managed = cls(proc, spec, protocol)
         task_group.start_soon(managed._watch_exit, exited)
         if proc.stderr is not None:
@@ -339,6 +347,8 @@ class ManagedProcess:
         if self._exit is None:
             survivors = (self.pid, *survivors)
         quiescent = event == "tree_exited"
+        if quiescent:  # else the keeper still ends what is left when this process exits
+            unregister_run(self._spec.run_tag, self.pid)
         self._close_transport()
         return TeardownReport(quiescent=quiescent, rung=rung, exit=self._exit, survivors=survivors)
 
