@@ -52,13 +52,15 @@ def detect_cgroup_support() -> CgroupSupport:
     if path is None:
         return CgroupSupport(None, "this process has no cgroup v2 path")
     parent = mount / path.lstrip("/")
-    if not (parent / "cgroup.kill").exists():
-        return CgroupSupport(None, "the kernel has no cgroup.kill")
     probe = parent / f"subagents-probe-{os.getpid()}"
     try:
         probe.mkdir()
     except OSError:
         return CgroupSupport(None, f"{parent} is not writable")
-    with contextlib.suppress(OSError):
-        probe.rmdir()
+    try:  # the root cgroup has no cgroup.kill: look in a leaf
+        if not (probe / "cgroup.kill").exists():
+            return CgroupSupport(None, "the kernel has no cgroup.kill")
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
     return CgroupSupport(parent, None)
