@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from supervisor.process import keeper_pid
-from supervisor.process._keeper import KEEPER_PROGRAM
+from supervisor.process._keeper_main import KEEPER_NAME
 
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
@@ -52,7 +52,7 @@ def anyio_backend() -> str:
 def is_keeper(proc: psutil.Process) -> bool:
     """Whether ``proc`` is a supervising host's keeper process."""
     with contextlib.suppress(psutil.Error):
-        return str(KEEPER_PROGRAM) in proc.cmdline()
+        return proc.name() == KEEPER_NAME  # the name, not the command line: a zombie has none
     return False
 
 

@@ -25,7 +25,7 @@ import pytest
 from supervisor.process import HOST_TAG_VARIABLE, HostIdentity, host_is_alive, this_host
 from supervisor.process._detect import detect_cgroup_support
 from supervisor.process._keeper import KEEPER_PROGRAM
-from supervisor.process._keeper_main import start_time
+from supervisor.process._keeper_main import KEEPER_NAME, start_time
 from tests.conftest import CHILDREN, PYTHON, tagged
 
 HOST = CHILDREN / "host.py"
@@ -37,8 +37,9 @@ def pidfds(pids: Iterable[int]) -> dict[int, int]:
     """A pidfd for each pid that still exists (an exited, reaped one has none)."""
     fds = {}
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            fds[pid] = os.pidfd_open(pid)
+        if pid > 0:
+            with contextlib.suppress(ProcessLookupError):
+                fds[pid] = os.pidfd_open(pid)
     return fds
 
 
@@ -70,15 +71,20 @@ def host(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], di
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    facts: dict[str, Any] = {}
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line, "the host did not start its run"
-        yield proc, json.loads(line)
+        facts = json.loads(line)
+        yield proc, facts
     finally:
+        # The run ends with its host; what was re-parented to us (a subreaper) is reaped here.
+        fds = pidfds([facts.get("child", 0), *facts.get("descendants", ()), facts.get("keeper") or 0])
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=GONE_WITHIN)
+        wait_gone(fds)
         assert proc.stdout is not None
         proc.stdout.close()
 
@@ -106,6 +112,7 @@ def test_the_keeper_carries_no_tag_and_lives_in_its_own_session(tmp_path: Path) 
         ]
         assert os.getsid(keeper) == keeper
         assert str(KEEPER_PROGRAM) in Path(f"/proc/{keeper}/cmdline").read_text()
+        assert Path(f"/proc/{keeper}/comm").read_text() == f"{KEEPER_NAME}\n"
         child = Path(f"/proc/{facts['child']}/environ").read_bytes().split(b"\0")
         assert f"{HOST_TAG_VARIABLE}={facts['host']}".encode() in child
 
@@ -135,8 +142,15 @@ def test_a_host_that_disposes_and_exits_takes_its_keeper_along(tmp_path: Path) -
 
 def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
+    config = tmp_path / "subagents.toml"
+    config.write_text(  # short graces: the grandchildren ignore EOF, so the ladder reaches SIGTERM
+        f'[[provider]]\nkind = "acp"\ncommand = {json.dumps(PYTHON)}\n'
+        f"args = [{', '.join(json.dumps(a) for a in ACP_CHILD[1:])}]\n"
+        "dispose_eof_grace_ms = 200\ndispose_grace_ms = 2000\n",
+        encoding="utf-8",
+    )
     cli = subprocess.Popen(
-        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "t", "--", *ACP_CHILD],
+        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "--config", str(config), "t"],
         cwd=tmp_path,
         env={
             **os.environ,
@@ -176,13 +190,13 @@ def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
         assert wait_gone(child) == []
         left = pidfds(facts["descendants"])
         assert sorted(left) == sorted(facts["descendants"])
-    reap = subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
-    )
-    assert reap.returncode == 0
-    for pid in facts["descendants"]:
-        assert f"reaped process {pid} (host {facts['host']} is gone)" in reap.stdout.splitlines()
-    assert wait_gone(left) == []
+        reap = subprocess.run(
+            [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
+        )
+        assert reap.returncode == 0
+        for pid in facts["descendants"]:
+            assert f"reaped process {pid} (host {facts['host']} is gone)" in reap.stdout.splitlines()
+        assert wait_gone(left) == []
 
 
 def test_reap_with_nothing_left_says_so(tmp_path: Path) -> None:

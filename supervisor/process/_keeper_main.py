@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+# The keeper's process name (``comm``): still readable once it is a zombie.
+KEEPER_NAME = "subagents-keep"
 # How long one "end everything" pass may keep finding and killing tagged processes.
 END_DEADLINE_SECONDS = 10.0
 # How long to wait for a killed cgroup to report ``populated 0``.
@@ -257,6 +259,8 @@ def end_runs(runs: Iterable[_Run], variable: str, identity: str) -> None:
 
 def main(argv: list[str]) -> int:
     variable, identity = argv[1], argv[2]
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(KEEPER_NAME)
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_IGN)
     runs: dict[str, _Run] = {}
