@@ -77,8 +77,26 @@ def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
+def pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def in_our_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` lives in this process's pid namespace.
+
+    A host identity holds a pid as its own namespace numbers it: a process seen
+    from another namespace (a container's, from the machine's) carries a host pid
+    that means something else here, so it is never judged from here.
+    """
+    ours = pid_namespace("self")
+    return ours is not None and pid_namespace(pid) == ours
+
+
 def tagged_processes(variable: str) -> dict[int, str]:
-    """Every process whose environment carries ``variable``, with its value."""
+    """Every process of our pid namespace whose environment carries ``variable``, with its value."""
     name = variable.encode()
     me = os.getpid()
     found: dict[int, str] = {}
@@ -86,7 +104,7 @@ def tagged_processes(variable: str) -> dict[int, str]:
         if pid == me:
             continue
         value = environ_value(pid, name)
-        if value is not None:
+        if value is not None and in_our_pid_namespace(pid):
             found[pid] = value.decode("utf-8", "replace")
     return found
 

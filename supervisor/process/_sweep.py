@@ -24,13 +24,14 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.process._detect import unified_mount
+from supervisor.process._detect import own_cgroup_path, unified_mount
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._host import HostIdentity, host_is_alive
 from supervisor.process._keeper_main import (
     cgroup_kill,
     cgroup_members,
     end_tagged,
+    in_our_pid_namespace,
     remove_cgroup,
     tagged_processes,
     wait_cgroup_empty,
@@ -82,18 +83,30 @@ def host_groups(mount: Path) -> Iterator[tuple[Path, HostIdentity]]:
 
 
 def sweep_cgroups(mount: Path | None = None) -> list[Reaped]:
+    """End the groups of dead hosts.
+
+    A group is judged only when every member lives in our pid namespace (its name
+    holds a pid as the host's namespace numbers it), and an empty one is removed
+    only where this process would create its own: under its own cgroup path.
+    """
     mount = mount or unified_mount()
     if mount is None:
         return []
+    own = own_cgroup_path()
+    home = None if own is None else mount / own.lstrip("/")
     reaped = []
     for path, host in list(host_groups(mount)):
+        members = set(cgroup_members(path))
+        if not all(in_our_pid_namespace(pid) for pid in members):
+            continue
+        if not members and path.parent != home:
+            continue
         if host_is_alive(host):
             continue
-        members = len(set(cgroup_members(path)))
         cgroup_kill(path)
         wait_cgroup_empty(path)
         if remove_cgroup(path) or members:
-            reaped.append(Reaped(host, path=path, processes=members))
+            reaped.append(Reaped(host, path=path, processes=len(members)))
     return reaped
 
 
