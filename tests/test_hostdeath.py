@@ -20,9 +20,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from supervisor.process import HOST_TAG_VARIABLE, HostIdentity, host_is_alive, this_host
+from supervisor.process import (
+    HOST_TAG_VARIABLE,
+    HostIdentity,
+    ManagedProcess,
+    host_is_alive,
+    keeper_pid,
+    this_host,
+)
 from supervisor.process._detect import detect_cgroup_support
 from supervisor.process._keeper import KEEPER_PROGRAM
 from supervisor.process._keeper_main import KEEPER_NAME, start_time
@@ -358,3 +366,29 @@ def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
         for path in (leaf, group):
             with contextlib.suppress(OSError):
                 path.rmdir()
+
+
+# -- the keeper of this very process --------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_killed_keeper_is_replaced_at_the_next_run(tmp_path: Path) -> None:
+    from tests.test_process import ready_pids, spec_for, tear_down
+
+    async with anyio.create_task_group() as tg:
+        first = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path), tg)
+        await ready_pids(first)
+        old = keeper_pid()
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        assert wait_gone(pidfds([old])) == []
+        second = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path), tg)
+        await ready_pids(second)
+        new = keeper_pid()
+        assert new is not None
+        assert new != old
+        for proc in (first, second):
+            report, _ = await tear_down(proc)
+            assert report.quiescent
+        assert keeper_pid() == new  # withdrawing runs does not end the keeper
+        tg.cancel_scope.cancel()
