@@ -34,6 +34,7 @@ from supervisor.process import (
 from supervisor.process._detect import detect_cgroup_support
 from supervisor.process._keeper import KEEPER_PROGRAM
 from supervisor.process._keeper_main import KEEPER_NAME, start_time
+from supervisor.process._markers import marker_dir
 from tests.conftest import CHILDREN, PYTHON, tagged
 
 HOST = CHILDREN / "host.py"
@@ -130,22 +131,26 @@ def test_a_host_that_disposes_and_exits_takes_its_keeper_along(tmp_path: Path) -
         "import anyio, json, sys\n"
         "from pathlib import Path\n"
         "from supervisor import AbortSignal, SubagentRequest\n"
-        "from supervisor.process import keeper_pid\n"
+        "from supervisor.process import keeper_pid, this_host\n"
         "from supervisor.providers import acp\n"
         "async def main():\n"
         "    run = acp.Provider(acp.example_agent_config()).create_run(\n"
         "        SubagentRequest(task='hi', parent_cwd=Path.cwd()))\n"
         "    async with anyio.create_task_group() as tg:\n"
         "        await run.start(tg, AbortSignal())\n"
-        "        print(keeper_pid(), flush=True)\n"
+        "        print(keeper_pid(), this_host().pid, this_host().start, flush=True)\n"
         "        await run.result()\n"
         "        await run.dispose()\n"
         "anyio.run(main, backend='asyncio')\n"
     )
     proc = subprocess.run([PYTHON, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
-    keeper = int(proc.stdout.split()[0])
-    assert wait_gone(pidfds([keeper])) == []
+    keeper, host_pid, host_start = proc.stdout.split()
+    directory = marker_dir()
+    assert directory is not None
+    marker = directory / f"{host_pid}-{host_start}"
+    assert wait_gone(pidfds([int(keeper)])) == []
+    assert not marker.exists()  # a keeper that finished leaves no work for a sweep
 
 
 def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> None:
@@ -186,7 +191,12 @@ def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> Non
     assert tagged(doc["run_id"]) == []
 
 
-def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def abandoned_run(tmp_path: Path) -> Iterator[tuple[dict[str, Any], dict[int, int]]]:
+    """A run whose host and keeper were both SIGKILLed: its grandchild and daemon live on.
+
+    Yields the host's facts and pidfds of the two survivors.
+    """
     with host(tmp_path) as (proc, facts):
         keeper = pidfds([facts["keeper"]])
         os.kill(facts["keeper"], signal.SIGKILL)
@@ -198,12 +208,35 @@ def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
         assert wait_gone(child) == []
         left = pidfds(facts["descendants"])
         assert sorted(left) == sorted(facts["descendants"])
+        pid, start = facts["host"].split(":")
+        directory = marker_dir()
+        assert directory is not None
+        assert (directory / f"{pid}-{start}").exists()  # the keeper did not finish
+        yield facts, left
+        assert not (directory / f"{pid}-{start}").exists()
+
+
+def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
+    with abandoned_run(tmp_path) as (facts, left):
         reap = subprocess.run(
             [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
         )
         assert reap.returncode == 0
         for pid in facts["descendants"]:
             assert f"reaped process {pid} (host {facts['host']} is gone)" in reap.stdout.splitlines()
+        assert wait_gone(left) == []
+
+
+def test_the_next_host_sweeps_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
+    with abandoned_run(tmp_path) as (_facts, left):
+        cli = subprocess.run(
+            [sys.executable, "-m", "supervisor._cli", "run", "hi"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0
         assert wait_gone(left) == []
 
 

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from supervisor.process._env import HOST_TAG_VARIABLE, RUN_TAG_VARIABLE
-from supervisor.process._host import this_host
+from supervisor.process._host import HostIdentity, this_host
 from supervisor.process._keeper_main import start_time
+from supervisor.process._markers import marker_dir, write_marker
 
 log = logging.getLogger("supervisor")
 
@@ -104,9 +105,12 @@ def _write(fd: int, data: str) -> bool:
 def _start() -> None:
     read_fd, write_fd = os.pipe()  # both close-on-exec: no child but the keeper gets an end
     env = {k: v for k, v in os.environ.items() if k not in (RUN_TAG_VARIABLE, HOST_TAG_VARIABLE)}
+    host = this_host()
+    directory = marker_dir()
+    marker = [] if directory is None else [str(directory / f"{host.pid}-{host.start}")]
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(KEEPER_PROGRAM), HOST_TAG_VARIABLE, str(this_host())],
+            [sys.executable, "-I", "-S", str(KEEPER_PROGRAM), HOST_TAG_VARIABLE, str(host), *marker],
             stdin=read_fd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -120,6 +124,7 @@ def _start() -> None:
     finally:
         os.close(read_fd)
     _State.process, _State.write_fd = process, write_fd
+    write_marker(host, HostIdentity(process.pid, start_time(process.pid) or 0))
 
 
 def _stop() -> None:

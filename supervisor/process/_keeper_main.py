@@ -13,7 +13,8 @@ machine whose environment carries the host's identity, repeated until none is fo
 (a chain that keeps forking is caught on a later pass).  Then the keeper exits.  With
 nothing registered it just exits.
 
-This file runs as ``python -I -S <this file> <variable> <identity>``: it imports nothing
+This file runs as ``python -I -S <this file> <variable> <identity> [<marker>]``, and
+removes the host's marker file (see ``_markers``) when it exits.  It imports nothing
 outside the standard library, so it starts in a few milliseconds and never loads the
 supervisor.  The sweep and ``subagents reap`` import the same primitives from here.
 """
@@ -281,11 +282,17 @@ def main(argv: list[str]) -> int:
         comm.write(KEEPER_NAME)
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
         signal.signal(sig, signal.SIG_IGN)
+    marker = Path(argv[3]) if len(argv) > 3 else None
     runs: dict[str, _Run] = {}
-    for raw in sys.stdin.buffer:
-        _apply(raw.decode("utf-8", "replace"), runs)
-    if runs:
-        end_runs(runs.values(), variable, identity)
+    try:
+        for raw in sys.stdin.buffer:
+            _apply(raw.decode("utf-8", "replace"), runs)
+        if runs:
+            end_runs(runs.values(), variable, identity)
+    finally:
+        if marker is not None:  # this host's runs are ended: nothing for a sweep to do
+            with contextlib.suppress(OSError):
+                marker.unlink()
     return 0
 
 

@@ -10,7 +10,8 @@ of a host that no longer runs:
   SIGKILL to each and to its process group, pass after pass until none is found.
 
 Normally the keeper of the dead host did this already; the sweep is for a host and
-keeper killed together, or a machine where the keeper could not run.
+keeper killed together, or a machine where the keeper could not run.  At a host's
+first spawn the process table is read only when a host marker says so (``_markers``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from supervisor.process._keeper_main import (
     tagged_processes,
     wait_cgroup_empty,
 )
+from supervisor.process._markers import forget, unfinished_hosts
 
 GROUP_NAME = re.compile(r"subagents-(\d+)-(\d+)")
 # How deep under the cgroup mount host groups are looked for, and how many directories at most.
@@ -124,7 +126,24 @@ def sweep_processes() -> list[Reaped]:
 
 def sweep() -> list[Reaped]:
     """End everything dead hosts left: their cgroups first, then their tagged processes."""
-    return [*sweep_cgroups(), *sweep_processes()]
+    unfinished = unfinished_hosts() or []
+    reaped = [*sweep_cgroups(), *sweep_processes()]
+    forget(unfinished)
+    return reaped
+
+
+def sweep_at_start() -> None:
+    """The sweep before a host's first spawn: the process table only when a keeper did not finish.
+
+    Stale cgroups cost a walk of the cgroup tree; tagged processes cost a read of
+    every process's environment, done only when a host marker says a host and its
+    keeper both died (or when markers cannot be kept here).
+    """
+    sweep_cgroups()
+    unfinished = unfinished_hosts()
+    if unfinished is None or unfinished:
+        sweep_processes()
+        forget(unfinished or [])
 
 
 class _Once:
@@ -135,7 +154,7 @@ class _Once:
 def _sweep_once() -> None:
     with _Once.lock:
         if not _Once.done:
-            sweep()
+            sweep_at_start()
             _Once.done = True
 
 
