@@ -2,7 +2,8 @@
 
 Exit status: 0 completed; 1 any other result or a failed start; 2 a usage or
 configuration error found before anything spawned; 130 local cancellation (Ctrl-C or
-``--timeout``); 143 SIGTERM.
+``--timeout``); 129 SIGHUP; 143 SIGTERM.  SIGHUP and SIGTERM cancel the run locally
+like Ctrl-C: the whole tree is torn down before the CLI exits.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from supervisor.process import CwdError, check_directory
 from supervisor.providers import KINDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_HANGUP = 129
 PROG = "subagents"
 
 
@@ -62,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
+    commands.add_parser("reap", help="end what supervising processes that died left running")
+    commands.add_parser("doctor", help="check what containment, providers and Python this machine has")
     return parser
 
 
@@ -130,13 +134,13 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
 class _Interruption:
     """Why the run was cancelled locally, if it was."""
 
-    cause: str | None = None  # "SIGINT", "SIGTERM", "timeout"
+    cause: str | None = None  # "SIGINT", "SIGTERM", "SIGHUP", "timeout"
     count: int = 0
     runs: list[ProviderRun] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
-        return EXIT_TERMINATED if self.cause == "SIGTERM" else EXIT_INTERRUPTED
+        return {"SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}.get(self.cause or "", EXIT_INTERRUPTED)
 
 
 class _Progress:
@@ -217,7 +221,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
 
 
 async def _watch_signals(abort: AbortSignal, interruption: _Interruption) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
             interruption.count += 1
             if interruption.cause is None:
@@ -329,6 +333,23 @@ def _providers() -> int:
     return EXIT_OK
 
 
+def _reap() -> int:
+    from supervisor.process import sweep
+
+    reaped = sweep()
+    for item in reaped:
+        print(item.line())
+    if not reaped:
+        print("nothing to reap")
+    return EXIT_OK
+
+
+def _doctor() -> int:
+    from supervisor._doctor import doctor
+
+    return doctor(print)
+
+
 def _configure_logging(verbose: bool) -> None:
     logger = logging.getLogger("supervisor")
     logger.propagate = False
@@ -355,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _diagrams(args)
         if args.command == "providers":
             return _providers()
+        if args.command == "reap":
+            return _reap()
+        if args.command == "doctor":
+            return _doctor()
         if command and args.command != "run":
             return _usage("-- COMMAND is only for `run`")
         plan = _plan(args, command)

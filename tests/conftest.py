@@ -26,7 +26,9 @@ from supervisor.process import (
     ContainmentMode,
     containment_for,
     detect_containment,
+    keeper_pid,
 )
+from supervisor.process._keeper_main import KEEPER_NAME
 
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
@@ -54,8 +56,37 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def is_keeper(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is a supervising host's keeper process."""
+    with contextlib.suppress(psutil.Error):
+        return proc.name() == KEEPER_NAME  # the name, not the command line: a zombie has none
+    return False
+
+
+def settle_keepers(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` without keepers that exit (and are reaped) within a bounded wait.
+
+    A keeper outlives its host by the moment it takes to read end of file: a CLI the
+    test already waited for may leave its keeper exiting.  One that does not exit
+    once its host is gone is a leak like any other.
+    """
+    keepers = [p for p in procs if is_keeper(p)]
+    if not keepers:
+        return procs
+    _, alive = psutil.wait_procs(keepers, timeout=10)
+    for proc in keepers:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+    settled = {p.pid for p in keepers} - {p.pid for p in alive}
+    return [p for p in procs if p.pid not in settled]
+
+
 def leftovers() -> list[psutil.Process]:
-    """Our descendants, plus anything on the machine carrying this session's tag."""
+    """Our descendants, plus anything on the machine carrying this session's tag.
+
+    This process's own keeper is not a leftover: it lives as long as the session and
+    exits with it.
+    """
     me = psutil.Process()
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
@@ -67,6 +98,7 @@ def leftovers() -> list[psutil.Process]:
         with contextlib.suppress(psutil.Error, OSError):
             if proc.environ().get(SESSION_VARIABLE) == SESSION_TAG:
                 found[proc.pid] = proc
+    found.pop(keeper_pid() or 0, None)
     return list(found.values())
 
 
@@ -142,7 +174,7 @@ def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     leaves_before = set(run_cgroups())
     yield
-    left = [p for p in leftovers() if p.pid not in before]
+    left = settle_keepers([p for p in leftovers() if p.pid not in before])
     report = "\n".join(describe(p) for p in left)
     leaves = [leaf for leaf in run_cgroups() if leaf not in leaves_before]
     if left:
@@ -155,7 +187,7 @@ def no_leaked_processes() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = leftovers()
+    left = settle_keepers(leftovers())
     leaves = run_cgroups()
     if left or leaves:
         report = "\n".join(describe(p) for p in left)

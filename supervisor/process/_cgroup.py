@@ -31,6 +31,7 @@ from pathlib import Path
 from signal import Signals
 
 from supervisor.process._inotify import watch_file
+from supervisor.process._keeper_main import start_time as process_start_time
 from supervisor.process._tree import ASYNCIO_CHILDREN, in_slices, subreaper_enabled
 
 log = logging.getLogger("supervisor")
@@ -43,19 +44,6 @@ _SAFE_TAG = re.compile(r"[^A-Za-z0-9_.-]")
 # The entry shim: the shell writes its own pid (which ``exec`` keeps) into the leaf,
 # then becomes the program.  ``$0`` is the leaf's cgroup.procs, ``$@`` the real argv.
 SHIM = ("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"')
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks since boot (field 22 of its stat), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    try:
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return None
 
 
 def host_group_name(pid: int | None = None, start_time: int | None = None) -> str:
@@ -71,11 +59,6 @@ def parse_host_group(name: str) -> tuple[int, int] | None:
     """``(pid, start time)`` of a host group's name, or None if it is not one."""
     match = _HOST_GROUP.match(name)
     return None if match is None else (int(match[1]), int(match[2]))
-
-
-def host_is_alive(pid: int, start_time: int) -> bool:
-    """Whether the host named by a group is still running (same pid *and* start time)."""
-    return process_start_time(pid) == start_time
 
 
 def run_leaf_name(run_tag: str) -> str:

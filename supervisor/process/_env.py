@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 
 SENSITIVE_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 RUN_TAG_VARIABLE = "SUBAGENT_SUPERVISOR_RUN"
+# ``<pid>:<start time>`` of the supervising process, set on every child at spawn.
+HOST_TAG_VARIABLE = "SUBAGENT_SUPERVISOR_HOST"
 
 
 def is_scrubbed(name: str) -> bool:

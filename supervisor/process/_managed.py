@@ -20,7 +20,11 @@ from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
 from supervisor.process._containment import Containment, Enclosure, containment_for
+from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
+from supervisor.process._host import pdeathsig_preexec, this_host
+from supervisor.process._keeper import register_run, unregister_run
+from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 
 log = logging.getLogger("supervisor")
@@ -72,7 +76,8 @@ class TeardownReport:
 
 @dataclass(frozen=True)
 class SpawnSpec:
-    """What to run.  ``env`` is final (already scrubbed and layered, run tag included)."""
+    """What to run.  ``env`` is final (already scrubbed and layered, run tag included);
+    spawn adds only the host identity."""
 
     argv: Sequence[str]
     cwd: Path
@@ -201,6 +206,7 @@ class ManagedProcess:
             StderrMode.LOG: asyncio.subprocess.PIPE,
             StderrMode.DISCARD: asyncio.subprocess.DEVNULL,
         }[spec.stderr]
+        await sweep_once()  # what dead hosts left: once per host process
         loop = asyncio.get_running_loop()
         exited = anyio.Event()
         try:
@@ -211,8 +217,9 @@ class ManagedProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
                 cwd=spec.cwd,
-                env=spec.env,
+                env={**spec.env, HOST_TAG_VARIABLE: str(this_host())},
                 start_new_session=True,
+                preexec_fn=pdeathsig_preexec(),
             )
         except (OSError, ValueError) as exc:
             enclosure.release()
@@ -220,6 +227,8 @@ class ManagedProcess:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
         enclosure.started(proc.pid)
+        # the keeper ends the run (its leaf, or its group and tagged processes) if this process dies
+        register_run(spec.run_tag, proc.pid, leaf=getattr(enclosure, "leaf", None))
         managed = cls(proc, spec, protocol, enclosure)
         task_group.start_soon(managed._watch_exit, exited)
         if proc.stderr is not None:
@@ -374,6 +383,8 @@ class ManagedProcess:
         survivors = () if quiescent else self._enclosure.survivors()
         if self._exit is None:
             survivors = (self.pid, *(p for p in survivors if p != self.pid))
+        if quiescent:  # else the keeper still ends what is left when this process exits
+            unregister_run(self._spec.run_tag, self.pid)
         self._close_transport()
         return TeardownReport(
             quiescent=quiescent,

@@ -42,6 +42,7 @@ from signal import Signals
 import anyio
 import anyio.lowlevel
 
+from supervisor.process._keeper import keeper_pid
 from supervisor.process._proctable import TABLE, Table
 
 log = logging.getLogger("supervisor")
@@ -170,11 +171,12 @@ class TreeEnclosure:
             return []
         me = os.getpid()
         own_session = os.getsid(0)
+        keeper = keeper_pid()  # our own helper in a session of its own, never a run's
         others = [e for e in _live_enclosures if e is not self]
         found = []
         for pid in table.children.get(me, ()):
             entry = table.entries[pid]
-            if pid in ASYNCIO_CHILDREN or entry.zombie or pid in self._known:
+            if pid in ASYNCIO_CHILDREN or entry.zombie or pid in self._known or pid == keeper:
                 continue
             if entry.start < self._since or entry.sid == own_session:
                 continue

@@ -1,0 +1,300 @@
+"""The keeper program, and the stdlib-only primitives that end what a host leaves behind.
+
+The keeper is one small process per supervising host (see ``_keeper``).  It reads
+commands from a pipe whose write end only the host holds::
+
+    +run <run id> <pgid> <start time of the pgid leader> [<cgroup leaf path>]
+    -run <run id> <pgid>
+
+When the pipe reaches end of file the host is gone (or finished).  Every run still
+registered is then ended: ``cgroup.kill`` on its leaf, SIGKILL to its process group
+(unless that id now names a younger process), and SIGKILL to every process on the
+machine whose environment carries the host's identity, repeated until none is found
+(a chain that keeps forking is caught on a later pass).  Then the keeper exits.  With
+nothing registered it just exits.
+
+This file runs as ``python -I -S <this file> <variable> <identity> [<marker>]``, and
+removes the host's marker file (see ``_markers``) when it exits.  It imports nothing
+outside the standard library, so it starts in a few milliseconds and never loads the
+supervisor.  The sweep and ``subagents reap`` import the same primitives from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+# The keeper's process name (``comm``): still readable once it is a zombie.
+KEEPER_NAME = "subagents-keep"
+# How long one "end everything" pass may keep finding and killing tagged processes.
+END_DEADLINE_SECONDS = 10.0
+# How long to wait for a killed cgroup to report ``populated 0``.
+CGROUP_EMPTY_SECONDS = 2.0
+
+
+# -- processes -----------------------------------------------------------------------------
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), or None if there is no such pid.
+
+    With the pid it names one process for the machine's uptime: a reused pid has a
+    later start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            data = file.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def environ_value(pid: int, variable: bytes) -> bytes | None:
+    """The value of ``variable`` in a live process's environment, None when absent or unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            data = file.read()
+    except OSError:
+        return None
+    prefix = variable + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :]
+    return None
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def in_our_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` lives in this process's pid namespace.
+
+    A host identity holds a pid as its own namespace numbers it: a process seen
+    from another namespace (a container's, from the machine's) carries a host pid
+    that means something else here, so it is never judged from here.
+    """
+    ours = pid_namespace("self")
+    return ours is not None and pid_namespace(pid) == ours
+
+
+def tagged_processes(variable: str) -> dict[int, str]:
+    """Every process of our pid namespace whose environment carries ``variable``, with its value."""
+    name = variable.encode()
+    me = os.getpid()
+    found: dict[int, str] = {}
+    for pid in all_pids():
+        if pid == me:
+            continue
+        value = environ_value(pid, name)
+        if value is not None and in_our_pid_namespace(pid):
+            found[pid] = value.decode("utf-8", "replace")
+    return found
+
+
+def kill_group(pgid: int, leader_start: int | None) -> bool:
+    """SIGKILL the process group ``pgid`` unless the id is now a younger process's.
+
+    A group id cannot be reused while the group has members; once the leader is gone
+    the id is safe to signal.  If a process with that pid lives and started later
+    than the recorded leader, the id was reused: leave it alone.
+    """
+    if pgid <= 1 or pgid == os.getpgrp():
+        return False
+    if leader_start is not None:
+        now = start_time(pgid)
+        if now is not None and now != leader_start:
+            return False
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
+
+
+def kill_process(pid: int) -> bool:
+    """SIGKILL ``pid`` and its process group (when that group is not ours)."""
+    killed = False
+    with contextlib.suppress(OSError):
+        pgid = os.getpgid(pid)
+        if pgid > 1 and pgid != os.getpgrp():
+            os.killpg(pgid, signal.SIGKILL)
+            killed = True
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        killed = True
+    return killed
+
+
+def end_tagged(
+    variable: str, values: Iterable[str], *, deadline: float = END_DEADLINE_SECONDS
+) -> dict[int, str]:
+    """SIGKILL every process tagged with one of ``values`` until a full pass finds none.
+
+    A killed process is a zombie until its parent reaps it; a zombie's environment
+    reads empty, so it is not found again.  Returns the pids killed, with their tag.
+    """
+    wanted = set(values)
+    killed: dict[int, str] = {}
+    end = time.monotonic() + deadline
+    while True:
+        found = {pid: value for pid, value in tagged_processes(variable).items() if value in wanted}
+        if not found or time.monotonic() > end:
+            return killed
+        for pid, value in found.items():
+            if kill_process(pid):
+                killed[pid] = value
+
+
+# -- cgroups (v2) ------------------------------------------------------------------------
+
+
+def cgroup_members(path: Path) -> list[int]:
+    """Every pid in the cgroup and its descendants (``cgroup.procs`` of each)."""
+    members: list[int] = []
+    for directory, _dirs, _files in os.walk(path):
+        with contextlib.suppress(OSError):
+            members.extend(int(line) for line in (Path(directory) / "cgroup.procs").read_text().split())
+    return members
+
+
+def cgroup_kill(path: Path) -> None:
+    """Kill every process in the cgroup's subtree: ``cgroup.kill``, else each member until empty."""
+    try:
+        (path / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass
+    end = time.monotonic() + END_DEADLINE_SECONDS
+    while (members := cgroup_members(path)) and time.monotonic() < end:
+        for pid in members:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def cgroup_populated(path: Path) -> bool | None:
+    try:
+        text = (path / "cgroup.events").read_text()
+    except OSError:
+        return None
+    return "populated 1" in text
+
+
+def wait_cgroup_empty(path: Path, within: float = CGROUP_EMPTY_SECONDS) -> bool:
+    """Wait, woken by ``cgroup.events`` changes (POLLPRI), until the cgroup is not populated."""
+    end = time.monotonic() + within
+    try:
+        fd = os.open(path / "cgroup.events", os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI)
+        while True:
+            os.lseek(fd, 0, os.SEEK_SET)
+            if b"populated 0" in os.read(fd, 4096):
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            poller.poll(int(left * 1000) + 1)
+    except OSError:
+        return cgroup_populated(path) is not True
+    finally:
+        os.close(fd)
+
+
+def remove_cgroup(path: Path) -> bool:
+    """rmdir the cgroup and its descendants, deepest first; whether it is gone."""
+    for directory, _dirs, _files in os.walk(path, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+    return not path.exists()
+
+
+# -- the keeper ----------------------------------------------------------------------------
+
+
+class _Run:
+    __slots__ = ("leader_start", "leaf", "pgid")
+
+    def __init__(self, pgid: int, leader_start: int | None, leaf: Path | None) -> None:
+        self.pgid = pgid
+        self.leader_start = leader_start
+        self.leaf = leaf
+
+
+def _apply(line: str, runs: dict[str, _Run]) -> None:
+    parts = line.rstrip("\n").split(" ", 4)
+    try:
+        if parts[0] == "+run" and len(parts) >= 4:
+            leader_start = int(parts[3]) or None
+            leaf = Path(parts[4]) if len(parts) == 5 and parts[4] else None
+            runs[f"{parts[1]} {parts[2]}"] = _Run(int(parts[2]), leader_start, leaf)
+        elif parts[0] == "-run" and len(parts) == 3:
+            runs.pop(f"{parts[1]} {parts[2]}", None)
+    except ValueError:
+        pass
+
+
+def end_runs(runs: Iterable[_Run], variable: str, identity: str) -> None:
+    """End every listed run of the host ``identity``, then remove their cgroup leaves."""
+    listed = list(runs)
+    leaves = [run.leaf for run in listed if run.leaf is not None]
+    for leaf in leaves:
+        cgroup_kill(leaf)
+    for run in listed:
+        kill_group(run.pgid, run.leader_start)
+    end_tagged(variable, [identity])
+    groups = set()
+    for leaf in leaves:
+        wait_cgroup_empty(leaf)
+        remove_cgroup(leaf)
+        groups.add(leaf.parent)
+    host_pid, _, host_start = identity.partition(":")
+    for group in groups:
+        if group.name == f"subagents-{host_pid}-{host_start}":
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
+def main(argv: list[str]) -> int:
+    variable, identity = argv[1], argv[2]
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
+        comm.write(KEEPER_NAME)
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP):
+        signal.signal(sig, signal.SIG_IGN)
+    marker = Path(argv[3]) if len(argv) > 3 else None
+    runs: dict[str, _Run] = {}
+    try:
+        for raw in sys.stdin.buffer:
+            _apply(raw.decode("utf-8", "replace"), runs)
+        if runs:
+            end_runs(runs.values(), variable, identity)
+    finally:
+        if marker is not None:  # this host's runs are ended: nothing for a sweep to do
+            with contextlib.suppress(OSError):
+                marker.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

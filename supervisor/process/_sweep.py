@@ -1,0 +1,170 @@
+"""Ending what dead hosts left behind: at a host's first spawn, and ``subagents reap``.
+
+Two kinds of leftovers, both recognised by the host identity (``<pid>:<start time>``)
+of a host that no longer runs:
+
+* cgroups named ``subagents-<pid>-<start>`` anywhere on the cgroup v2 mount: every
+  member is killed with ``cgroup.kill``, the group is awaited empty (``populated 0``,
+  event-driven and bounded) and removed, leaves first;
+* processes whose environment carries ``SUBAGENT_SUPERVISOR_HOST`` of a dead host:
+  SIGKILL to each and to its process group, pass after pass until none is found.
+
+Normally the keeper of the dead host did this already; the sweep is for a host and
+keeper killed together, or a machine where the keeper could not run.  At a host's
+first spawn the process table is read only when a host marker says so (``_markers``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from supervisor.process._cgroup import own_cgroup_path, parse_host_group, unified_mount
+from supervisor.process._env import HOST_TAG_VARIABLE
+from supervisor.process._host import HostIdentity, host_is_alive
+from supervisor.process._keeper_main import (
+    cgroup_kill,
+    cgroup_members,
+    end_tagged,
+    in_our_pid_namespace,
+    remove_cgroup,
+    tagged_processes,
+    wait_cgroup_empty,
+)
+from supervisor.process._markers import forget, unfinished_hosts
+
+# How deep under the cgroup mount host groups are looked for, and how many directories at most.
+MAX_DEPTH = 8
+MAX_DIRECTORIES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """One thing the sweep ended: a cgroup (``path``) or a process (``pid``)."""
+
+    host: HostIdentity
+    path: Path | None = None
+    processes: int = 0
+    pid: int | None = None
+
+    def line(self) -> str:
+        if self.path is not None:
+            return f"reaped cgroup {self.path} ({_count(self.processes)})"
+        return f"reaped process {self.pid} (host {self.host} is gone)"
+
+
+def _count(n: int) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
+def host_groups(mount: Path) -> Iterator[tuple[Path, HostIdentity]]:
+    """Every ``subagents-<pid>-<start>`` directory under ``mount`` (not below one)."""
+    stack = [(mount, 0)]
+    seen = 0
+    while stack and seen < MAX_DIRECTORIES:
+        directory, depth = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            seen += 1
+            if (host := parse_host_group(entry.name)) is not None:
+                yield Path(entry.path), HostIdentity(*host)
+            elif depth < MAX_DEPTH:
+                stack.append((Path(entry.path), depth + 1))
+
+
+def sweep_cgroups(mount: Path | None = None) -> list[Reaped]:
+    """End the groups of dead hosts.
+
+    A group is judged only when every member lives in our pid namespace (its name
+    holds a pid as the host's namespace numbers it), and an empty one is removed
+    only where this process would create its own: under its own cgroup path.
+    """
+    mount = mount or unified_mount()
+    if mount is None:
+        return []
+    own = own_cgroup_path()
+    home = None if own is None else mount / own.lstrip("/")
+    reaped = []
+    for path, host in list(host_groups(mount)):
+        members = set(cgroup_members(path))
+        if not all(in_our_pid_namespace(pid) for pid in members):
+            continue
+        if not members and path.parent != home:
+            continue
+        if host_is_alive(host):
+            continue
+        cgroup_kill(path)
+        wait_cgroup_empty(path)
+        if remove_cgroup(path) or members:
+            reaped.append(Reaped(host, path=path, processes=len(members)))
+    return reaped
+
+
+def sweep_processes() -> list[Reaped]:
+    dead: dict[str, HostIdentity] = {}
+    for value in set(tagged_processes(HOST_TAG_VARIABLE).values()):
+        host = HostIdentity.parse(value)
+        if host is not None and not host_is_alive(host):
+            dead[value] = host
+    if not dead:
+        return []
+    killed = end_tagged(HOST_TAG_VARIABLE, dead)
+    return [Reaped(dead[value], pid=pid) for pid, value in sorted(killed.items())]
+
+
+def sweep() -> list[Reaped]:
+    """End everything dead hosts left: their cgroups first, then their tagged processes."""
+    unfinished = unfinished_hosts() or []
+    reaped = [*sweep_cgroups(), *sweep_processes()]
+    forget(unfinished)
+    return reaped
+
+
+def sweep_at_start() -> None:
+    """The sweep before a host's first spawn: the process table only when a keeper did not finish.
+
+    Stale cgroups cost a walk of the cgroup tree; tagged processes cost a read of
+    every process's environment, done only when a host marker says a host and its
+    keeper both died (or when markers cannot be kept here).
+    """
+    sweep_cgroups()
+    unfinished = unfinished_hosts()
+    if unfinished is None or unfinished:
+        sweep_processes()
+        forget(unfinished or [])
+
+
+class _Once:
+    done = False
+    lock = threading.Lock()
+
+
+def _sweep_once() -> None:
+    with _Once.lock:
+        if not _Once.done:
+            sweep_at_start()
+            _Once.done = True
+
+
+async def sweep_once() -> None:
+    """Run :func:`sweep` in a worker thread, once per host process, before its first spawn."""
+    if not _Once.done:
+        await anyio.to_thread.run_sync(_sweep_once)
+
+
+def _reset_in_child() -> None:
+    _Once.done = False
+    _Once.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
