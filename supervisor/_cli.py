@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
+from supervisor import telemetry
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import ConfigError, Entry, load_file
 from supervisor._consumers import headline
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
+    run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
 
     diagrams = commands.add_parser("diagrams", help="regenerate (or check) the lifecycle diagrams")
@@ -358,7 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _usage("-- COMMAND is only for `run`")
         plan = _plan(args, command)
         _configure_logging(args.verbose)
-        return anyio.run(_run, plan, args, backend="asyncio")
+        telemetry.configure_from_cli(args.otel)
+        try:
+            return anyio.run(_run, plan, args, backend="asyncio")
+        finally:
+            telemetry.shutdown()
     except ConfigError as exc:
         return _usage(str(exc))
     except SubagentError as exc:  # e.g. an unsupported capability: rejected before spawning

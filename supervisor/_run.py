@@ -26,6 +26,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from machines import SETTLED, AuditTrail, Lifecycle, TeardownLadder, TransitionSink
+from supervisor import _telemetry
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
@@ -85,7 +86,8 @@ class ProviderRun(ABC):
         self.provider_name = provider_name
         self.config = config
         self.request = request
-        self.audit = AuditTrail(self.id, sink=trace)
+        self._telemetry = _telemetry.for_run()
+        self.audit = AuditTrail(self.id, sink=self._telemetry.sink(trace))
         self.machine = self.lifecycle(listeners=[self.audit])
         self.process: ManagedProcess | None = None
         self._task_group: TaskGroup | None = None
@@ -170,6 +172,7 @@ class ProviderRun(ABC):
                 finally:
                     self._dispose_done.set()
                     self._closed.set()
+                    self._telemetry.end(self, self._result, self._dispose_error)
         else:
             await self._dispose_done.wait()
         if self._dispose_error is not None:
@@ -247,6 +250,7 @@ class ProviderRun(ABC):
         config = self.config
         if env is None:
             env = child_environment(config.env, remove=config.env_remove, run_tag=self.id)
+        env = self._telemetry.child_env(env, explicit=config.env)
         return SpawnSpec(
             argv=argv,
             cwd=cwd,
@@ -294,6 +298,14 @@ class ProviderRun(ABC):
 
         On failure the child is rolled back to quiescence before the error is raised.
         """
+        self._telemetry.begin(self)
+        try:
+            await self._start_and_publish(task_group, abort)
+        except BaseException as exc:
+            self._telemetry.start_failed(self, exc)
+            raise
+
+    async def _start_and_publish(self, task_group: TaskGroup, abort: AbortSignal | None) -> None:
         self._task_group = await task_group.start(self._host)
         if abort is not None and abort.aborted:
             await self._rollback("start_aborted")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from types import ModuleType
@@ -15,6 +14,7 @@ from machines.acp import AcpLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor._telemetry import import_acp_untraced
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
@@ -222,8 +222,8 @@ class AcpRun(ProviderRun):
 async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
-        await anyio.to_thread.run_sync(importlib.import_module, "acp")
-    return importlib.import_module("acp")
+        await anyio.to_thread.run_sync(import_acp_untraced)
+    return import_acp_untraced()
 
 
 def _version() -> str:
