@@ -51,6 +51,7 @@ CATEGORIES = frozenset(c for v in VOCABULARY.values() for c in v.categories)
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
 _CATEGORY = re.compile(r"Subagent failure \(provider: [^;()]+; stage: [a-z-]+; category: ([a-z-]+)[;)]")
 _PROPAGATOR = TraceContextTextMapPropagator()
+EXPORT_TIMEOUT_SECONDS = 3.0
 
 
 def _kind_of(run: ProviderRun) -> str:
@@ -218,7 +219,11 @@ def sdk_provider(exporters: list[str], env: Mapping[str, str]) -> Any:
         if name == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporter = OTLPSpanExporter()
+            timeout_set = any(
+                env.get(v) for v in ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+            )
+            # An unreachable collector delays the command's exit by at most this (the standard is 10 s).
+            exporter = OTLPSpanExporter() if timeout_set else OTLPSpanExporter(timeout=EXPORT_TIMEOUT_SECONDS)
         elif name == "console":
             exporter = ConsoleSpanExporter(out=sys.stderr)
         else:
