@@ -16,7 +16,7 @@ from supervisor import Registry, StartFailed, StopReason, SubagentRequest, telem
 from supervisor.providers import acp
 from supervisor.providers.acp import example_agent_config
 from tests.conftest import CHILDREN, PYTHON
-from tests.reliability.support import acp_child
+from tests.reliability.support import acp_child, fake_claude
 from tests.reliability.test_secrets import run_to_end
 from tests.telemetry.conftest import Traced
 
@@ -154,6 +154,26 @@ async def test_the_child_gets_the_traceparent_of_its_run_span(
     assert result is not None
     span = only(traced.spans())
     assert result.output == f"TRACEPARENT={traceparent_of(span)}\nTRACESTATE unset\n"
+
+
+async def test_the_claude_code_cli_gets_the_traceparent_of_its_run_span(
+    traced: Traced, tmp_path: Path
+) -> None:
+    pytest.importorskip("claude_agent_sdk")
+    log = tmp_path / "cli.jsonl"
+    frame = {"type": "result", "subtype": "success", "duration_ms": 1, "duration_api_ms": 1}
+    script = {
+        "steps": [{"emit": {**frame, "is_error": False, "num_turns": 1, "result": "ok", "session_id": "s"}}]
+    }
+    provider = fake_claude(tmp_path / "claude", script, env={"FAKE_CLAUDE_LOG": str(log)})
+    result, _ = await run_to_end(provider.create_run(request()))
+    assert result is not None
+    assert result.stop_reason == StopReason.COMPLETED
+    span = only(traced.spans())
+    assert span.name == "invoke_agent claude-code"
+    records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    (seen,) = [r["value"] for r in records if r["kind"] == "env"]
+    assert seen["TRACEPARENT"] == traceparent_of(span)
 
 
 async def test_an_explicit_traceparent_in_the_config_wins(traced: Traced) -> None:
