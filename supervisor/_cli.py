@@ -22,7 +22,7 @@ import anyio
 
 from machines import Transition
 from supervisor._abort import AbortSignal
-from supervisor._cli_config import ConfigError, Entry, load_file
+from supervisor._cli_config import ConfigError, Entry, example_entry, load_file
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
 from supervisor._registry import Registry
@@ -62,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
+
+    mcp = commands.add_parser("mcp", help="serve MCP on stdio: tools that delegate to supervised subagents")
+    mcp.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
+    mcp.add_argument(
+        "--root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
+    )
+    mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
+    mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     return parser
 
 
@@ -102,10 +114,7 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
     else:
         if args.provider not in (None, "acp"):
             raise ConfigError("--provider needs --config (without it the provider is acp)")
-        from supervisor.providers.acp import EXAMPLE_AGENT
-
-        keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
-        entry = Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=parent_cwd)
+        entry = example_entry(parent_cwd)
     if command:
         if entry.kind not in ("acp", "dsh-sdk"):
             raise ConfigError(f"-- COMMAND applies to acp and dsh-sdk entries, not {entry.kind}")
@@ -328,6 +337,32 @@ def _providers() -> int:
     return EXIT_OK
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from supervisor import _mcp
+
+    if args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent must be at least 1")
+    roots: list[Path] = []
+    for raw in args.root or [os.getcwd()]:
+        try:
+            roots.append(check_directory(Path(os.path.realpath(raw)), "--root"))
+        except CwdError as exc:
+            raise ConfigError(str(exc)) from None
+    entries = load_file(args.config) if args.config is not None else [example_entry(Path.cwd())]
+    registry = Registry()
+    for entry in entries:
+        stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")
+        registry.register(entry.provider(entry.build({"stderr": stderr})))
+    settings = _mcp.McpSettings(
+        registry=registry,
+        providers=tuple(e.name for e in entries),
+        roots=tuple(roots),
+        max_concurrent=args.max_concurrent,
+    )
+    _configure_logging(args.verbose)
+    return anyio.run(_mcp.serve, settings, backend="asyncio")
+
+
 def _configure_logging(verbose: bool) -> None:
     logger = logging.getLogger("supervisor")
     logger.propagate = False
@@ -354,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _diagrams(args)
         if args.command == "providers":
             return _providers()
+        if args.command == "mcp" and not command:
+            return _mcp(args)
         if command and args.command != "run":
             return _usage("-- COMMAND is only for `run`")
         plan = _plan(args, command)

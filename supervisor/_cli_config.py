@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,14 @@ class Entry:
             return KINDS[self.kind].load().Provider(config, name=self.name)
         except ConfigurationError as exc:
             raise ConfigError(f"{self.where}: {exc}") from None
+
+
+def example_entry(base_dir: Path) -> Entry:
+    """The entry used without a config: ``acp`` with the built-in example agent."""
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
+    return Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=base_dir)
 
 
 def _describe(where: str, exc: ValidationError) -> str:
