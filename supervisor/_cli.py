@@ -338,7 +338,13 @@ def _providers() -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    from supervisor import _mcp
+    try:
+        from supervisor import _mcp
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        extra = "pip install 'subagent-supervisor[mcp]'"
+        raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
 
     if args.max_concurrent < 1:
         raise ConfigError("--max-concurrent must be at least 1")
