@@ -20,10 +20,10 @@ import psutil
 import pytest
 
 import supervisor
-from supervisor import AbortSignal, Registry, StopReason, SubagentRequest, SubagentResult
-from supervisor._run import ProviderRun
+from supervisor import AbortSignal, Registry, Run, StopReason, SubagentRequest, SubagentResult
 from supervisor.providers.claude_code import Provider
 from tests.claude_code.conftest import ClaudeHome, claude_provider
+from tests.conftest import internals
 from tests.mockmodel import HttpError, MockModelServer, Shell, Text, Usage, WriteFile
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +96,7 @@ def gone(pid: int) -> bool:
 @contextlib.asynccontextmanager
 async def started(
     provider: Provider, home: ClaudeHome, abort: AbortSignal | None = None
-) -> AsyncIterator[ProviderRun]:
+) -> AsyncIterator[Run]:
     async with registry_of(provider).run(provider.name, request(home), abort=abort) as run:
         yield run
 
@@ -215,8 +215,9 @@ async def test_the_cli_killed_mid_tool_is_a_process_failure_and_leaves_no_orphan
     provider = claude_provider(claude_home, mock_model)
     async with started(provider, claude_home) as run:
         tool_pid = await tool.running()
-        assert run.process is not None
-        os.kill(run.process.pid, signal.SIGKILL)
+        child = internals(run).process
+        assert child is not None
+        os.kill(child.pid, signal.SIGKILL)
         result = await run.result()
         assert result == SubagentResult(
             output="Running it.",
@@ -260,7 +261,7 @@ async def test_two_concurrent_runs_are_isolated(claude_home: ClaudeHome, mock_mo
         b = claude_provider(claude_home, other_model, name="b")
         registry = registry_of(a, b)
         results: dict[str, SubagentResult] = {}
-        runs: dict[str, ProviderRun] = {}
+        runs: dict[str, Run] = {}
 
         async def one(name: str, task: str) -> None:
             async with registry.run(name, request(claude_home, task)) as run:
@@ -277,9 +278,11 @@ async def test_two_concurrent_runs_are_isolated(claude_home: ClaudeHome, mock_mo
         "b": SubagentResult(output="answer from B", stop_reason=StopReason.COMPLETED),
     }
     assert runs["a"].id != runs["b"].id
-    assert runs["a"].process is not None
-    assert runs["b"].process is not None
-    assert runs["a"].process.pid != runs["b"].process.pid
+    child_runsa = internals(runs["a"]).process
+    assert child_runsa is not None
+    child_runsb = internals(runs["b"]).process
+    assert child_runsb is not None
+    assert child_runsa.pid != child_runsb.pid
     assert mock_model.model_requests[0].user_texts()[-1].endswith("task for A")
     assert other_model.model_requests[0].user_texts()[-1].endswith("task for B")
     assert all(run.quiescent for run in runs.values())

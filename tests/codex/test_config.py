@@ -12,9 +12,8 @@ from pydantic import ValidationError
 
 from machines import SETTLED
 from machines.codex import STAGES, CodexLifecycle
-from supervisor import ConfigurationError, SubagentRequest
+from supervisor import ConfigurationError, SubagentRequest, installed_kinds
 from supervisor._seam import NO_CAPABILITIES
-from supervisor.providers import KINDS
 from supervisor.providers.codex import (
     WHEEL,
     Config,
@@ -134,14 +133,14 @@ async def test_the_provider_shape(wheel: Path) -> None:
     assert Provider(Config(name="reviewer"), name="explicit").name == "explicit"
     run = provider.create_run(SubagentRequest(task="t"))
     assert run.stage == "initialize"
-    assert run.label == "Codex"
+    assert run.vocabulary.label == "Codex"
 
 
 def test_the_kind_registry_loads_this_module() -> None:
-    module = KINDS["codex"].load()
-    assert module.Config is Config
-    assert module.Provider is Provider
-    assert KINDS["codex"].extra == "codex"
+    kind = installed_kinds()["codex"]
+    assert kind.load().config is Config
+    assert kind.load().provider is Provider
+    assert kind.extra == "codex"
 
 
 def test_argv_spawns_the_native_binary_with_the_fixed_features_last() -> None:

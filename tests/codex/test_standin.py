@@ -410,7 +410,7 @@ async def test_exit_before_the_terminal_is_a_process_failure(tmp_path: Path, tra
     assert result == SubagentResult(
         output="part", stop_reason="error", diagnostic=line(stage="process", category="process", exit_code=3)
     )
-    assert run.machine.stages_entered == (
+    assert run.stages_entered == (
         "initialize",
         "thread-start",
         "turn-start",

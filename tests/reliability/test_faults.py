@@ -356,7 +356,7 @@ async def reached(transcript: Any, case: Case, announced: anyio.Event) -> None:
 
 
 async def settle(
-    run: ProviderRun, expect: Settles | RunHangs, transcript: Any, case: Case, announced: anyio.Event
+    run: ProviderRun[Any], expect: Settles | RunHangs, transcript: Any, case: Case, announced: anyio.Event
 ) -> SubagentResult:
     """The published run's result: as expected on its own, or ``aborted`` once cancelled in its hang."""
     if isinstance(expect, Settles):
@@ -377,7 +377,7 @@ async def settle(
 async def test_fault(case: Case, tmp_path: Path) -> None:
     built = BUILDERS[case.provider](case, tmp_path)
     provider, transcript = built if isinstance(built, tuple) else (built, None)
-    run: ProviderRun = provider.create_run(SubagentRequest(task="the task", parent_cwd=tmp_path))
+    run: ProviderRun[Any] = provider.create_run(SubagentRequest(task="the task", parent_cwd=tmp_path))
     abort = AbortSignal()
     expect = case.expect
     with marks() as seen, anyio.fail_after(LIMIT):
@@ -413,7 +413,7 @@ async def test_fault(case: Case, tmp_path: Path) -> None:
         assert_bounded(refused.diagnostic)
         assert_closed(refused.diagnostic)
         stage = expect.line.split("stage: ")[1].split(";")[0]
-        assert stage in run.machine.stages_entered
+        assert stage in run.stages_entered
     elif isinstance(refused, StartAborted):
         assert isinstance(expect, StartHangs), f"unexpected start abort: {refused}"
         assert str(refused) == f"subagent request was aborted before the {expect.label} child started"

@@ -43,7 +43,7 @@ from supervisor import (
     foreground_text,
     job_outcome,
 )
-from supervisor._run import ProviderRun
+from supervisor._run import ProviderRun, RunContext
 from supervisor.process import child_environment, is_scrubbed
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
@@ -85,7 +85,7 @@ scrubbed_names = st.one_of(
 
 def check_reported(
     secret: str,
-    run: ProviderRun,
+    run: ProviderRun[Any],
     result: SubagentResult | None = None,
     error: BaseException | None = None,
 ) -> None:
@@ -110,7 +110,7 @@ def check_reported(
         assert secret not in (job_outcome(result).detail or "")
 
 
-async def run_to_end(run: ProviderRun) -> tuple[SubagentResult | None, BaseException | None]:
+async def run_to_end(run: ProviderRun[Any]) -> tuple[SubagentResult | None, BaseException | None]:
     """Start, await the result, dispose; what came out (a result, or the start/teardown error)."""
     result: SubagentResult | None = None
     error: BaseException | None = None
@@ -377,9 +377,7 @@ async def test_teardown_failures_carry_no_secret(secret: str, at: str, phantom: 
     knobs = {"ERROR_AT": at, "ERROR_TEXT": secret, "STDERR_TEXT": secret}
     config = acp_child(knobs, dispose_eof_grace_ms=50, dispose_grace_ms=50)
     with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
-        run = AcpRun(
-            provider_name="acp", config=config, request=request(secret), tree=UnkillableTree(phantom)
-        )
+        run = AcpRun(RunContext("acp", config, request(secret), tree=UnkillableTree(phantom)))
         result, error = await run_to_end(run)
     assert isinstance(error, TeardownFailed | StartFailed)
     check_reported(secret, run, result, error)

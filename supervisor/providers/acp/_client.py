@@ -26,7 +26,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from supervisor._diagnostic import acp_permission_line
+from machines.acp import ACP_VOCABULARY
 
 ALLOW_KINDS = ("allow_once", "allow_always")
 
@@ -38,7 +38,7 @@ class PermissionFact:
     decision: str
 
     def line(self) -> str:
-        return acp_permission_line(policy=self.policy, kind=self.kind, decision=self.decision)
+        return ACP_VOCABULARY.permission_line(policy=self.policy, request=self.kind, decision=self.decision)
 
 
 class OutputBuffer:

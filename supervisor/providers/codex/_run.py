@@ -28,21 +28,21 @@ Choices the contract leaves open (README: Codex):
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import anyio
 from pydantic import ValidationError
 
-from machines.codex import CodexLifecycle
-from supervisor._diagnostic import FailureFacts, ProviderLabel, codex_permission_line, join_lines
-from supervisor._run import ProviderRun, StepFailed
+from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
+from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import LineReader, ManagedProcess
 from supervisor.providers.codex._classify import classify
+from supervisor.providers.codex._config import Config, PermissionMode
 from supervisor.providers.codex._protocol import (
     AgentMessageDelta,
     AgentMessageItem,
@@ -96,14 +96,6 @@ _TURN_METHODS: Final = frozenset(
 
 CLIENT_NAME: Final = "subagent_supervisor"
 CLIENT_TITLE: Final = "subagent-supervisor"
-
-
-class PermissionMode(enum.StrEnum):
-    """How the child's approvals are configured.  No mode ever asks a human."""
-
-    NEVER = "never"
-    APPROVE_FOR_ME = "approve-for-me"
-    BYPASS = "dangerously-bypass-approvals-and-sandbox"
 
 
 def thread_permissions(mode: PermissionMode) -> dict[str, str]:
@@ -185,24 +177,22 @@ class _Answers:
         return ""
 
 
-class CodexRun(ProviderRun):
-    label: ClassVar[ProviderLabel] = ProviderLabel.CODEX
+class CodexRun(ProviderRun[Config]):
+    vocabulary = CODEX_VOCABULARY
     lifecycle = CodexLifecycle
 
     def __init__(
         self,
+        context: RunContext[Config],
         *,
         binary: Path,
-        mode: PermissionMode,
-        overrides: Sequence[str],
         tap: RunTap | None,
         client_version: str,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(context)
         self._binary = binary
-        self._mode = mode
-        self._overrides = tuple(overrides)
+        self._mode = context.config.permission_mode
+        self._overrides = tuple(context.config.config)
         self._tap = tap
         self._client_version = client_version
         self._wire: AppServerWire | None = None
@@ -243,13 +233,13 @@ class CodexRun(ProviderRun):
             )
             await wire.request("initialize", params.wire(), InitializeResult)
             await wire.notify("initialized")
-            self.fact("initialized")
+            self.fact(CodexEvent.INITIALIZED)
             thread = ThreadStartParams.model_validate({"cwd": str(cwd), **thread_permissions(self._mode)})
             started = await wire.request("thread/start", thread.wire(), ThreadStartResult)
         except WireError as exc:
             raise StepFailed(await self._wire_failure(exc)) from exc
         self._thread_id = started.thread.id
-        self.fact("thread_started")
+        self.fact(CodexEvent.THREAD_STARTED)
 
     def _frame_tap(self, direction: Direction, frame: Mapping[str, Any]) -> None:
         assert self._tap is not None
@@ -268,7 +258,7 @@ class CodexRun(ProviderRun):
         if isinstance(exc, WireClosed) and exc.transport_lost and self.process is not None:
             facts = await self.process.wait_exit(within=self.config.term_grace)
             if facts is not None:
-                self.fact("app_server_exited")
+                self.fact(CodexEvent.APP_SERVER_EXITED)
                 return self.failure("process", exit_code=facts.exit_code, signal=facts.signal)
         return self.failure("unknown")
 
@@ -301,7 +291,7 @@ class CodexRun(ProviderRun):
         """In the reader, in frame order: the turn is known; replay what came before."""
         self._turn_id = started.turn.id
         if self._outcome is None:
-            self.fact("turn_started")
+            self.fact(CodexEvent.TURN_STARTED)
         early, self._early = self._early, []
         for event in early:
             self._consume(event)
@@ -373,7 +363,7 @@ class CodexRun(ProviderRun):
 
     def _terminal(self, completed: TurnCompleted) -> SubagentResult:
         self._turn_over = True
-        self.fact("turn_completed")
+        self.fact(CodexEvent.TURN_COMPLETED)
         turn = completed.turn
         if turn.status == "completed":
             answer = self._answers.answer()
@@ -409,7 +399,9 @@ class CodexRun(ProviderRun):
 
     def _decide(self, request: str, decision: str) -> None:
         """Record an unattended decision; only the latest is kept."""
-        self._decision = codex_permission_line(mode=self._mode.value, request=request, decision=decision)
+        self._decision = self.vocabulary.permission_line(
+            mode=self._mode.value, request=request, decision=decision
+        )
 
     def _answer_request(self, request: ServerRequest) -> Mapping[str, Any] | None:
         """Answer without granting authority; None for a request this client does not serve."""
