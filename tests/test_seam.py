@@ -393,7 +393,7 @@ def test_run_ids_never_reuse_the_child_session() -> None:
 
 
 async def test_runs_on_asyncio_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """python-statemachine's async engine and the ACP SDK need asyncio; another backend is refused."""
+    """Runs need asyncio itself (the process layer's protocol and Process, the ACP SDK's streams)."""
 
     def no_asyncio_loop() -> None:
         raise RuntimeError("no running event loop")

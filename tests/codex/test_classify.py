@@ -14,7 +14,7 @@ from supervisor._diagnostic import FailureFacts
 from supervisor.providers.codex._classify import OBJECT_VARIANTS, STRING_VARIANTS, Category, classify
 from tests.codex.schema import ProtocolSchema
 
-# SPEC section 3, the Codex table; "any other well-formed variant" is product-error.
+# The contract's Codex table; "any other well-formed variant" is product-error.
 SPEC_TABLE: dict[str, str] = {
     "contextWindowExceeded": "limit",
     "sessionBudgetExceeded": "limit",

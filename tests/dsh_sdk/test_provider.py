@@ -383,7 +383,7 @@ async def test_the_environment_is_scrubbed_and_explicit_env_wins(
     assert child_env["SUBAGENT_SUPERVISOR_RUN"] == run.id
 
 
-# -- the turn-end mapping (SPEC 3, every row) -------------------------------------------
+# -- the turn-end mapping (every row of the contract) -------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The ``codex`` provider: OpenAI's ``codex app-server`` driven over JSONL JSON-RPC.
 
-Configuration (SPEC section 7), besides the keys every kind accepts::
+Configuration, besides the keys every kind accepts::
 
     [[provider]]
     kind = "codex"

@@ -1,6 +1,6 @@
 """A JSON-RPC client for ``codex app-server`` over JSONL on its stdio, written here.
 
-Framing facts (research/peers-codex-app-server.md section 4): one JSON object per
+Framing, as the pinned app-server speaks it: one JSON object per
 line, **no** ``"jsonrpc"`` member; ``{id, method, params}`` is a request (either way),
 ``{method, params}`` a notification (the server adds ``emittedAtMs``), ``{id, result}``
 or ``{id, error}`` a response.  Server request ids count from 0, so ids are matched

@@ -1,6 +1,6 @@
 """One DSH SDK run over the supervisor's own process and streams.
 
-Classification is by type only, never by message (SPEC section 3):
+Classification is by type only, never by message:
 
 * a startup or turn failure: :class:`DshTransportClosed` (EOF on stdout or a broken
   stdin, whichever came first; a spawn failure too) -> ``transport``;

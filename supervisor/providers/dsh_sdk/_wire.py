@@ -1,6 +1,6 @@
 """The DSH SDK wire: a typed async JSON-RPC client over NDJSON on a runtime's stdio.
 
-Facts (research/ts-original.md section 7): one JSON-RPC 2.0 frame per line; a frame
+The protocol, as the DSH runtimes speak it: one JSON-RPC 2.0 frame per line; a frame
 with ``id`` and ``method`` is a request, ``id`` alone a response, ``method`` alone a
 notification; blank lines and frames that are not JSON are ignored.  Requests sent here:
 ``initialize {cwd, provider, model, maxTokens?}`` (answered with the server identity),
