@@ -33,8 +33,8 @@ from supervisor import (
     TeardownFailed,
     UnsupportedCapability,
 )
-from tests.scripted import ScriptedConfig, ScriptedProvider, scripted
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.scripted import ScriptedConfig, ScriptedProvider, scripted
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 

@@ -54,7 +54,7 @@ from supervisor.process import (
     set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON, internals, tagged
-from tests.scripted import scripted
+from tests.support.scripted import scripted
 
 BEHAVE = str(CHILDREN / "behave.py")
 SECRET = "sk-stateful-" + uuid.uuid4().hex

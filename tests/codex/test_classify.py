@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from machines.codex import CODEX_VOCABULARY
 from supervisor._diagnostic import FailureFacts
 from supervisor.providers.codex._classify import OBJECT_VARIANTS, STRING_VARIANTS, Category, classify
-from tests.codex.schema import ProtocolSchema
+from tests.support.codex_schema import ProtocolSchema
 
 # The contract's Codex table; "any other well-formed variant" is product-error.
 SPEC_TABLE: dict[str, str] = {

@@ -17,17 +17,6 @@ import pytest
 
 from supervisor import Registry, StartFailed, StopReason, SubagentResult, foreground_text, job_outcome
 from supervisor.providers.codex import PermissionMode
-from tests.codex.helpers import (
-    Transcript,
-    guarded,
-    kill,
-    mcp_server_overrides,
-    namespaced_tool_calls,
-    provider,
-    request,
-    run_once,
-    tagged_processes,
-)
 from tests.conftest import internals
 from tests.mockmodel import (
     Cut,
@@ -42,9 +31,20 @@ from tests.mockmodel import (
     ToolCall,
     Turn,
 )
-from tests.peers import PeerLaunch, codex_app_server_launch
+from tests.support.codex import (
+    Transcript,
+    guarded,
+    kill,
+    mcp_server_overrides,
+    namespaced_tool_calls,
+    provider,
+    request,
+    run_once,
+    tagged_processes,
+)
+from tests.support.peers import PeerLaunch, codex_app_server_launch
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 LINE = "Subagent failure (provider: Codex; stage: {stage}; category: {category})"
 

@@ -48,18 +48,22 @@ from supervisor import (
 from supervisor._seam import NO_CAPABILITIES
 from supervisor.process import PsutilTree
 from supervisor.providers.dsh_sdk import Config, DshSdkRun, Provider
-from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
-from supervisor.providers.dsh_sdk._wire import (
+from supervisor.providers.dsh_sdk._client import (
     DshClient,
+)
+from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
     DshRpcError,
     DshTimeout,
     DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
     TurnEnd,
 )
+from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
 from tests.conftest import CHILDREN, PYTHON, internals
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 

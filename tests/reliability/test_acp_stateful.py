@@ -33,7 +33,7 @@ from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, Subag
 from supervisor._diagnostic import join_lines
 from supervisor._run import ProviderRun
 from supervisor.providers import acp
-from tests.reliability.support import (
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,

@@ -52,8 +52,8 @@ from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor.process import ManagedProcess
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON
-from tests.reliability.support import assert_bounded
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.reliability import assert_bounded
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 

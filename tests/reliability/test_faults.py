@@ -32,7 +32,8 @@ import pytest
 from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, SubagentRequest, SubagentResult
 from supervisor._run import ProviderRun
 from supervisor.providers import acp, dsh_sdk
-from tests.reliability.support import (
+from tests.support import require_module
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,
@@ -306,7 +307,7 @@ CC_CASES = [
 
 
 def cc_provider(case: Case, tmp_path: Path) -> Any:
-    pytest.importorskip("claude_agent_sdk")
+    require_module("claude_agent_sdk")
     return fake_claude(tmp_path / "fake-claude", case.knobs, **case.keys)
 
 
@@ -333,7 +334,7 @@ CODEX_CASES = [
 
 
 def codex_provider(case: Case, tmp_path: Path) -> Any:
-    from tests.codex.helpers import Transcript, standin
+    from tests.support.codex import Transcript, standin
 
     transcript = Transcript()  # the stand-in announces nothing: the test waits on the wire instead
     return standin(tmp_path, transcript, **case.knobs), transcript

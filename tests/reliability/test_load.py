@@ -19,7 +19,7 @@ import pytest
 from supervisor import Registry, StopReason, SubagentRequest, SubagentResult
 from supervisor.providers.acp import Provider, example_agent_config
 from tests.conftest import internals
-from tests.reliability.support import assert_audit_consistent, assert_quiescent, tagged
+from tests.support.reliability import assert_audit_consistent, assert_quiescent, tagged
 
 pytestmark = pytest.mark.anyio
 

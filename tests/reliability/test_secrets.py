@@ -48,7 +48,8 @@ from supervisor.process import child_environment, is_scrubbed
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
 from tests.conftest import CHILDREN, PYTHON
-from tests.reliability.support import (
+from tests.support import require_module
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,
@@ -57,7 +58,7 @@ from tests.reliability.support import (
     dsh_fake,
     fake_claude,
 )
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -331,7 +332,7 @@ def claude_script(placement: str, secret: str) -> dict[str, Any]:
     ),
 )
 async def test_claude_code_secrets_never_reach_a_report(secret: str, placement: str, workdir: Path) -> None:
-    pytest.importorskip("claude_agent_sdk")
+    require_module("claude_agent_sdk")
     provider = fake_claude(workdir / "claude", claude_script(placement, secret))
     run = provider.create_run(request(secret))
     result, error = await run_to_end(run)
@@ -345,7 +346,7 @@ async def test_claude_code_secrets_never_reach_a_report(secret: str, placement: 
 @FEW
 @given(secret=secrets, info=st.sampled_from(["unauthorized", "other", {"httpConnectionFailed": {}}, None]))
 async def test_codex_secrets_never_reach_a_report(secret: str, info: Any, workdir: Path) -> None:
-    from tests.codex.helpers import agent_message, standin, turn_completed
+    from tests.support.codex import agent_message, standin, turn_completed
 
     error = {"message": secret, "codexErrorInfo": info, "additionalDetails": secret}
     script = [agent_message("kept", "final_answer"), turn_completed("failed", error=error)]

@@ -20,6 +20,7 @@ from supervisor.process import (
     TeardownReport,
 )
 from supervisor.providers.acp._config import Config
+from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection
@@ -60,10 +61,10 @@ class AcpRun(ProviderRun[Config]):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
-        from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
+        from supervisor.providers.acp._client import FrameObserver, UnattendedClient
 
         self._client = UnattendedClient(
-            policy=config.permission, output=OutputBuffer(config.max_output_bytes), on_output=self.note_output
+            policy=config.permission, output=CappedText(config.max_output_bytes), on_output=self.note_output
         )
         self._observer = FrameObserver()
         self._conn = acp.connect_to_agent(
@@ -73,7 +74,7 @@ class AcpRun(ProviderRun[Config]):
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
                 client_capabilities=acp.schema.ClientCapabilities(),
-                client_info=acp.schema.Implementation(name=CLIENT_NAME, version=_version()),
+                client_info=acp.schema.Implementation(name=CLIENT_NAME, version=client_version()),
             )
         except Exception as exc:
             raise StepFailed(await self._startup_failure(exc)) from exc
@@ -188,7 +189,7 @@ class AcpRun(ProviderRun[Config]):
         return self._client.permission.line()
 
     def _output(self) -> str:
-        return "" if self._client is None else self._client.output.text()
+        return "" if self._client is None else self._client.output.text
 
     # -- cancel and teardown ------------------------------------------------------------
 
@@ -215,12 +216,3 @@ async def _import_acp() -> ModuleType:
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(importlib.import_module, "acp")
     return importlib.import_module("acp")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("subagent-supervisor")
-    except PackageNotFoundError:
-        return "0"

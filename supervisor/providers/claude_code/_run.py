@@ -37,6 +37,7 @@ from supervisor.providers.claude_code._command import asks_permission_over_stdio
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
+from supervisor.wire import CappedText, cap_text
 
 log = logging.getLogger("supervisor")
 
@@ -55,34 +56,6 @@ class _Exited:
 EXITED = _Exited()
 
 
-class _BoundedText:
-    """Answer text collected so far, capped at ``limit`` UTF-8 bytes."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._parts: list[str] = []
-        self._size = 0
-
-    def add(self, text: str) -> None:
-        if not text or self._size >= self._limit:
-            return
-        if self._parts:
-            text = "\n\n" + text
-        self._parts.append(_utf8_prefix(text, self._limit - self._size))
-        self._size += len(self._parts[-1].encode("utf-8"))
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
-
-
-def _utf8_prefix(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", errors="ignore")
-
-
 class ClaudeCodeRun(ProviderRun[Config]):
     vocabulary = CLAUDE_CODE_VOCABULARY
     lifecycle = ClaudeCodeLifecycle
@@ -93,7 +66,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self._sdk_version = sdk_version
         self._transport: SupervisedTransport | None = None
         self._client: ClaudeSDKClient | None = None
-        self._partial = _BoundedText(self.config.max_output_bytes)
+        self._partial = CappedText(self.config.max_output_bytes, separator="\n\n")
         self._permission_line: str | None = None
 
     # -- start ----------------------------------------------------------------------------
@@ -194,7 +167,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
             assert facts is not None
             assert facts.result is not None
             self.note_output()
-            answer = _utf8_prefix(facts.result, self.config.max_output_bytes)
+            answer = cap_text(facts.result, self.config.max_output_bytes)
             return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
         log.info(
             "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",

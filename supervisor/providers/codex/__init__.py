@@ -78,13 +78,6 @@ def resolve_binary(config: Config) -> Path:
     return path
 
 
-def _client_version() -> str:
-    try:
-        return importlib.metadata.version("subagent-supervisor")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
-
-
 class Provider:
     """Runs ``codex app-server`` per run.
 
@@ -108,14 +101,12 @@ class Provider:
         self.binary = resolve_binary(config)
         self._tap = tap
         self._tree = tree or PsutilTree()
-        self._version = _client_version()
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> CodexRun:
         return CodexRun(
             RunContext(self.name, self.config, request, trace, self._tree),
             binary=self.binary,
             tap=self._tap,
-            client_version=self._version,
         )
 
     def __repr__(self) -> str:

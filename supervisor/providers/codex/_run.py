@@ -76,6 +76,7 @@ from supervisor.providers.codex._wire import (
     WireClosed,
     WireError,
 )
+from supervisor.wire import CappedText, cap_text, client_version
 
 log = logging.getLogger("supervisor")
 
@@ -121,13 +122,6 @@ def app_server_argv(binary: Path, overrides: Sequence[str]) -> list[str]:
     return argv
 
 
-def _bounded(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", "ignore")
-
-
 class _Answers:
     """The agent messages of the owned turn: the answer, and partial text for failures.
 
@@ -139,7 +133,7 @@ class _Answers:
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._phases: dict[str, str | None] = {}
-        self._streams: dict[str, str] = {}
+        self._streams: dict[str, CappedText] = {}
         self._streaming: str | None = None
         self._final: str | None = None
         self._unphased: str | None = None
@@ -151,14 +145,14 @@ class _Answers:
     def delta(self, item_id: str, text: str) -> None:
         if self._phases.get(item_id) == "commentary":
             return
-        self._streams[item_id] = _bounded(self._streams.get(item_id, "") + text, self._limit)
+        self._streams.setdefault(item_id, CappedText(self._limit)).add(text)
         self._streaming = item_id
 
     def completed(self, item: AgentMessageItem) -> None:
         self._streams.pop(item.id, None)
         if self._streaming == item.id:
             self._streaming = None
-        text = _bounded(item.text, self._limit)
+        text = cap_text(item.text, self._limit)
         if item.phase == "final_answer":
             self._final = text
         elif item.phase is None:
@@ -170,7 +164,8 @@ class _Answers:
         return self._final if self._final is not None else self._unphased
 
     def partial(self) -> str:
-        streamed = self._streams.get(self._streaming, "") if self._streaming is not None else ""
+        stream = self._streams.get(self._streaming) if self._streaming is not None else None
+        streamed = stream.text if stream is not None else ""
         for candidate in (self._final, self._unphased, self._partial, streamed):
             if candidate and candidate.strip():
                 return candidate
@@ -187,14 +182,12 @@ class CodexRun(ProviderRun[Config]):
         *,
         binary: Path,
         tap: RunTap | None,
-        client_version: str,
     ) -> None:
         super().__init__(context)
         self._binary = binary
         self._mode = context.config.permission_mode
         self._overrides = tuple(context.config.config)
         self._tap = tap
-        self._client_version = client_version
         self._wire: AppServerWire | None = None
         self._thread_id: str | None = None
         self._turn_id: str | None = None
@@ -229,7 +222,7 @@ class CodexRun(ProviderRun[Config]):
         self.task_group.start_soon(self._watch_exit, process, wire)
         try:
             params = InitializeParams(
-                clientInfo=ClientInfo(name=CLIENT_NAME, title=CLIENT_TITLE, version=self._client_version)
+                clientInfo=ClientInfo(name=CLIENT_NAME, title=CLIENT_TITLE, version=client_version())
             )
             await wire.request("initialize", params.wire(), InitializeResult)
             await wire.notify("initialized")

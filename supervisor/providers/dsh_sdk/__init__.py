@@ -1,7 +1,7 @@
 """The ``dsh-sdk`` provider: a DeepSeek Harness (DSH) SDK runtime as a supervised child.
 
 The runtime speaks the DSH SDK JSON-RPC protocol (NDJSON on stdio; the client is
-:mod:`supervisor.providers.dsh_sdk._wire`, written here because no Python SDK exists).
+:mod:`supervisor.providers.dsh_sdk._client`, written here because no Python SDK exists).
 One run: spawn ``command`` with ``args``, ``initialize`` (cwd, provider, model,
 maxTokens), one ``session/prompt`` on a session id the client mints, the turn folded
 until the root session is idle; teardown is the ``shutdown`` request bounded by

@@ -23,13 +23,17 @@ from typing import Final
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor.providers.dsh_sdk._config import Config
-from supervisor.providers.dsh_sdk._wire import (
+from supervisor.providers.dsh_sdk._client import (
     DshClient,
+)
+from supervisor.providers.dsh_sdk._config import Config
+from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
     DshRpcError,
     DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
     Notification,
     TurnEnd,
     TurnEndKind,

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parent.parent
 NODE_MODULES = TESTS_DIR / "node_modules"
 
 CODEX_APP_SERVER_ARGS: tuple[str, ...] = (

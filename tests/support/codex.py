@@ -18,10 +18,10 @@ import pytest
 from supervisor import Registry, Run, SubagentRequest, SubagentResult
 from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.codex import Config, Provider
-from tests.codex.schema import Direction, Frame
 from tests.conftest import CHILDREN, PYTHON
 from tests.mockmodel import RecordedRequest, Text, Turn, TurnFactory, responses_api
-from tests.peers import PeerLaunch
+from tests.support.codex_schema import Direction, Frame
+from tests.support.peers import PeerLaunch
 
 STANDIN = CHILDREN / "codex_standin.py"
 MCP_SERVER = CHILDREN / "codex_mcp_server.py"

@@ -1,4 +1,4 @@
-"""The DSH SDK wire: a typed async JSON-RPC client over NDJSON on a runtime's stdio.
+"""The DSH SDK client: a typed async JSON-RPC client over NDJSON on a runtime's stdio.
 
 The protocol, as the DSH runtimes speak it: one JSON-RPC 2.0 frame per line; a frame
 with ``id`` and ``method`` is a request, ``id`` alone a response, ``method`` alone a
@@ -13,20 +13,12 @@ session tree before it sends the prompt, buffers what arrives, and only once the
 id is known skips to the inbox receipt (``agent/inbox/spliced`` listing that id) and
 folds the turn from there until the root session reports ``idle``.
 
-Errors form one small hierarchy under :class:`DshError`.  ``str()`` of every error is a
-fixed sentence: nothing the runtime sent (codes, messages, data, payloads) is ever in it.
-The raw facts stay on attributes, ``__cause__`` and the ``supervisor`` debug log.
-
-The client does not own the process: it reads lines from a :class:`LineSource`, writes
-bytes to a :class:`LineSink`, and leaves spawning, stdin EOF, signals and reaping to the
-supervisor.  :class:`AsyncioLineReader` and :class:`AsyncioLineWriter` adapt asyncio
-streams (``asyncio.create_subprocess_exec`` pipes).
+Errors are :mod:`._errors`, the turn fold :mod:`._fold`, the byte streams :mod:`._streams`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import os
@@ -36,526 +28,50 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-__all__ = [
-    "DEFAULT_MAX_FRAME_BYTES",
-    "SERVER_NAME",
-    "AsyncioLineReader",
-    "AsyncioLineWriter",
-    "DshClient",
-    "DshError",
-    "DshProtocolError",
-    "DshRpcError",
-    "DshTimeout",
-    "DshTransportClosed",
-    "LineSink",
-    "LineSource",
-    "Notification",
-    "ServerInfo",
-    "SessionEvent",
-    "SessionStatus",
-    "SubagentFinished",
-    "SubagentStarted",
-    "TurnEnd",
-    "TurnEndKind",
-    "TurnOutcome",
-    "TurnProgress",
-    "new_session_id",
-]
+from supervisor.process import DEFAULT_MAX_FRAME_BYTES
+from supervisor.providers.dsh_sdk._errors import (
+    DshError,
+    DshProtocolError,
+    DshRpcError,
+    DshTimeout,
+    DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
+    Notification,
+    ServerInfo,
+    SessionEvent,
+    SessionStatus,
+    SubagentFinished,
+    SubagentStarted,
+    TurnOutcome,
+    TurnProgress,
+    _Envelope,
+    _InitializeResult,
+    _is_receipt,
+    _parse,
+    _PromptResult,
+    _RpcErrorBody,
+    _SessionEventParams,
+    _SessionStatusParams,
+    _SubagentStartedParams,
+)
+from supervisor.providers.dsh_sdk._streams import AsyncioLineReader, AsyncioLineWriter, LineSink, LineSource
+
+__all__ = ["SERVER_NAME", "DshClient"]
 
 _log = logging.getLogger("supervisor")
 
 SERVER_NAME: Final = "deepseek-harness-sdk-runtime"
 """The ``serverInfo.name`` a DSH SDK runtime reports from ``initialize``."""
 
-DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 _METHOD_NOT_FOUND: Final = -32601
 _LOGGED_FRAME_CHARS: Final = 200
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class DshError(Exception):
-    """Base of every DSH SDK wire failure.  ``str()`` is a fixed, safe sentence.
-
-    A bare ``DshError`` (no subclass) means an unexpected fault of the wire itself.
-    """
-
-    def again(self) -> Self:
-        """A fresh instance with the same facts (to raise one stored failure in many places)."""
-        clone = type(self).__new__(type(self))
-        clone.args = self.args
-        clone.__dict__.update(self.__dict__)
-        clone.__cause__ = self.__cause__
-        return clone
-
-
-class DshProtocolError(DshError):
-    """The runtime broke the protocol: a malformed answer to a request, a wrong server
-    identity, a malformed event of the owned turn, or a frame over ``max_frame_bytes``."""
-
-
-class DshRpcError(DshError):
-    """The runtime answered a request with a JSON-RPC error.
-
-    ``code``, ``message`` and ``data`` are the runtime's own (child-controlled) values;
-    they are kept as attributes for the host log and never appear in ``str()``/``repr()``.
-    """
-
-    def __init__(self, method: str, code: int, message: str, data: object) -> None:
-        super().__init__(f"the DSH SDK runtime answered {method} with a JSON-RPC error")
-        self.method = method
-        self.code = code
-        self.message = message
-        self.data = data
-
-
-TransportCloseReason = Literal["eof", "broken-pipe", "read-failed", "input-closed", "stopped"]
-
-_CLOSE_TEXT: Final[dict[TransportCloseReason, str]] = {
-    "eof": "the DSH SDK runtime closed its output (EOF on stdout)",
-    "broken-pipe": "the DSH SDK runtime's input is gone (broken pipe on stdin)",
-    "read-failed": "reading the DSH SDK runtime's output failed",
-    "input-closed": "the DSH SDK runtime's input was already closed by the supervisor",
-    "stopped": "the DSH SDK client stopped reading the runtime's output",
-}
-
-
-class DshTransportClosed(DshError):
-    """The transport is gone: EOF on stdout or a broken stdin, whichever came first.
-
-    ``reason`` says which (``eof``, ``broken-pipe``, ``read-failed``, ``input-closed``,
-    ``stopped``); the first closing fact wins and later calls report the same one.
-    """
-
-    def __init__(self, reason: TransportCloseReason) -> None:
-        super().__init__(_CLOSE_TEXT[reason])
-        self.reason: TransportCloseReason = reason
-
-
-class DshTimeout(DshError):
-    """A request's own bound (the ``timeout`` argument) elapsed before its answer."""
-
-    def __init__(self, method: str, timeout: float) -> None:
-        super().__init__(f"{method} timed out after {timeout:g}s waiting for the DSH SDK runtime")
-        self.method = method
-        self.timeout = timeout
-
-
-# --------------------------------------------------------------------------- wire models
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
-
-
-class _RpcErrorBody(_Wire):
-    code: int
-    message: str
-    data: Any = None
-
-
-class _ServerInfo(_Wire):
-    name: str
-    version: str
-
-
-class _InitializeResult(_Wire):
-    serverInfo: _ServerInfo
-
-
-class _PromptResult(_Wire):
-    messageId: str
-
-
-class _SessionEventParams(_Wire):
-    sessionId: str
-    event: Any = None
-
-
-class _SessionStatusParams(_Wire):
-    sessionId: str
-    status: Literal["idle", "running"]
-
-
-class _SubagentStartedParams(_Wire):
-    parentSessionId: str
-    childSessionId: str
-
-
-class _Envelope(_Wire):
-    type: str
-    data: Any = None
-
-
-class _ContentBlock(_Wire):
-    type: str
-    text: Any = None
-
-
-class _AssistantMessage(_Wire):
-    content: list[_ContentBlock]
-
-
-class _AssistantMessageData(_Wire):
-    message: _AssistantMessage
-
-
-class _Chunk(_Wire):
-    type: str
-    text: str
-
-
-class _AssistantChunkData(_Wire):
-    chunk: _Chunk
-
-
-class _Cause(_Wire):
-    kind: str
-
-
-class _Reason(_Wire):
-    kind: str
-    reason: Any = None
-
-
-class _TurnEndData(_Wire):
-    reason: _Reason
-
-
-class _InsertedMessage(_Wire):
-    id: Any = None
-
-
-class _InboxSplicedData(_Wire):
-    inserted: list[Any]
-
-
-def _parse(model: type[_M], value: object) -> _M | None:
-    try:
-        return model.model_validate(value)
-    except ValidationError:
-        return None
-
-
-# --------------------------------------------------------------------------- public values
-
-
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
-    """The runtime's identity from ``initialize``."""
-
-    name: str
-    version: str
-
-
-@dataclass(frozen=True, slots=True)
-class SessionEvent:
-    """``session.event``: one session-log envelope (raw JSON, validated only for the owned turn)."""
-
-    session_id: str
-    event: object
-
-    @property
-    def type(self) -> str | None:
-        return _event_type(self.event)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionStatus:
-    """``session.status``."""
-
-    session_id: str
-    status: Literal["idle", "running"]
-
-
-@dataclass(frozen=True, slots=True)
-class SubagentStarted:
-    """``subagent.started``: teaches the client the session lineage."""
-
-    parent_session_id: str
-    child_session_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class SubagentFinished:
-    """``subagent.finished`` (local in-process child runs only); ``params`` is raw."""
-
-    parent_session_id: str
-    child_session_id: str
-    params: Mapping[str, object]
-
-
-Notification = SessionEvent | SessionStatus | SubagentStarted | SubagentFinished
-
-
-class TurnEndKind(enum.StrEnum):
-    """The closed turn-end kinds the client recognises; anything else is ``UNKNOWN``."""
-
-    COMPLETED = "completed"
-    MAX_TOKENS = "max-tokens"
-    ABORTED = "aborted"
-    BLOCKED = "blocked"
-    ERROR = "error"
-    INTERRUPTED = "interrupted"
-    UNKNOWN = "unknown"
-
-
-_KNOWN_KINDS: Final = {kind.value: kind for kind in TurnEndKind if kind is not TurnEndKind.UNKNOWN}
-
-
-@dataclass(frozen=True, slots=True)
-class TurnEnd:
-    """The ``reason`` of a root ``turn/end`` event.
-
-    ``raw_kind`` is the runtime's string (``None`` when the reason was malformed); ``cause``
-    is the nested ``reason.kind`` of an ``aborted`` end (``user``, ``parent``, ``hook``,
-    ``disposed``, ``legacy``, or whatever the runtime sent), else ``None``.  Both are
-    child-controlled: classify with :attr:`kind` / :attr:`disposed`, never display them.
-    """
-
-    raw_kind: str | None
-    cause: str | None = None
-
-    @property
-    def kind(self) -> TurnEndKind:
-        if self.raw_kind is None:
-            return TurnEndKind.UNKNOWN
-        return _KNOWN_KINDS.get(self.raw_kind, TurnEndKind.UNKNOWN)
-
-    @property
-    def disposed(self) -> bool:
-        """An ``aborted`` end whose cause is ``disposed``."""
-        return self.kind is TurnEndKind.ABORTED and self.cause == "disposed"
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOutcome:
-    """A turn that reached the root session's ``idle``."""
-
-    output: str
-    turn_end: TurnEnd | None
-    """The last root ``turn/end`` of the turn; ``None`` when the runtime sent none."""
-
-
-class _BoundedText:
-    """Text accumulated up to ``limit`` UTF-8 bytes (a prefix, never a split code point)."""
-
-    __slots__ = ("_limit", "_parts", "_size", "truncated")
-
-    def __init__(self, limit: int | None) -> None:
-        self._limit = limit
-        self._parts: list[str] = []
-        self._size = 0
-        self.truncated = False
-
-    def append(self, text: str) -> None:
-        if not text or self.truncated:
-            return
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if self._limit is not None and self._size + size > self._limit:
-            room = self._limit - self._size
-            text = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
-            size = room
-            self.truncated = True
-        self._parts.append(text)
-        self._size += size
-
-    @property
-    def text(self) -> str:
-        if len(self._parts) > 1:
-            self._parts = ["".join(self._parts)]
-        return self._parts[0] if self._parts else ""
-
-
-class TurnProgress:
-    """The fold of one owned turn, readable while the turn runs and after it failed.
-
-    Output rule: the text of the last *non-empty* root ``assistant/message`` (content
-    with at least one block; a block-ful message without text blocks counts and yields
-    ``""``), else the root ``text-delta`` chunks accumulated.  Only notifications after
-    the inbox receipt are folded, so a rejected or malformed prompt attributes no text.
-    ``max_output_bytes`` bounds both texts (a prefix is kept).
-    """
-
-    def __init__(self, *, max_output_bytes: int | None = None) -> None:
-        if max_output_bytes is not None and max_output_bytes < 0:
-            raise ValueError("max_output_bytes must be non-negative")
-        self._max_output_bytes = max_output_bytes
-        self._message: _BoundedText | None = None
-        self._deltas = _BoundedText(max_output_bytes)
-        self.received = False
-        """Whether the inbox receipt of the prompt has been seen."""
-        self.turn_end: TurnEnd | None = None
-        """The last root ``turn/end`` seen so far."""
-
-    @property
-    def output(self) -> str:
-        if self._message is not None:
-            return self._message.text
-        return self._deltas.text
-
-    @property
-    def truncated(self) -> bool:
-        """Whether the current output hit ``max_output_bytes``."""
-        return (self._message if self._message is not None else self._deltas).truncated
-
-    def _fold(self, envelope: _Envelope) -> None:
-        if envelope.type == "assistant/message":
-            data = _parse(_AssistantMessageData, envelope.data)
-            if data is None:
-                raise DshProtocolError("an assistant/message event of the turn carried malformed content")
-            content = data.message.content
-            if content:
-                message = _BoundedText(self._max_output_bytes)
-                for block in content:
-                    if block.type == "text" and isinstance(block.text, str):
-                        message.append(block.text)
-                self._message = message
-        elif envelope.type == "assistant/chunk":
-            chunk = _parse(_AssistantChunkData, envelope.data)
-            if chunk is not None and chunk.chunk.type == "text-delta":
-                self._deltas.append(chunk.chunk.text)
-        elif envelope.type == "turn/end":
-            self.turn_end = _turn_end(envelope.data)
-
-
-def _turn_end(data: object) -> TurnEnd:
-    parsed = _parse(_TurnEndData, data)
-    if parsed is None:
-        return TurnEnd(raw_kind=None)
-    cause = None
-    if parsed.reason.kind == TurnEndKind.ABORTED:
-        nested = _parse(_Cause, parsed.reason.reason)
-        cause = nested.kind if nested is not None else None
-    return TurnEnd(raw_kind=parsed.reason.kind, cause=cause)
-
-
-def _event_type(event: object) -> str | None:
-    if isinstance(event, dict):
-        value = event.get("type")
-        if isinstance(value, str):
-            return value
-    return None
-
-
-def _is_receipt(note: Notification, session_id: str, message_id: str) -> bool:
-    if not isinstance(note, SessionEvent) or note.session_id != session_id:
-        return False
-    envelope = _parse(_Envelope, note.event)
-    if envelope is None or envelope.type != "agent/inbox/spliced":
-        return False
-    data = _parse(_InboxSplicedData, envelope.data)
-    if data is None:
-        return False
-    return any(
-        entry is not None and entry.id == message_id
-        for entry in (_parse(_InsertedMessage, item) for item in data.inserted)
-    )
-
-
-def new_session_id() -> str:
-    """A fresh child session id, minted by the client (``session-<uuid hex>``)."""
-    return f"session-{uuid.uuid4().hex}"
-
-
-# --------------------------------------------------------------------------- byte streams
-
-
-class LineSource(Protocol):
-    """Whole lines from the runtime's stdout, without the newline; ``None`` at EOF."""
-
-    async def receive_line(self) -> bytes | None: ...
-
-
-class LineSink(Protocol):
-    """The runtime's stdin."""
-
-    async def send(self, data: bytes) -> None: ...
-
-    async def close_input(self) -> None: ...
-
-
-class AsyncioLineReader:
-    """:class:`LineSource` over an :class:`asyncio.StreamReader`.
-
-    Reads in chunks and splits on ``\\n`` itself (``StreamReader.readline`` has its own
-    64 KiB limit).  A line longer than ``max_frame_bytes`` raises
-    :class:`DshProtocolError` without buffering more than that.  A final unterminated
-    line is returned at EOF.
-    """
-
-    def __init__(
-        self, reader: asyncio.StreamReader, *, max_frame_bytes: int, chunk_size: int = 65536
-    ) -> None:
-        if max_frame_bytes <= 0 or chunk_size <= 0:
-            raise ValueError("max_frame_bytes and chunk_size must be positive")
-        self._reader = reader
-        self._max = max_frame_bytes
-        self._chunk = chunk_size
-        self._buffer = bytearray()
-        self._scanned = 0
-        self._eof = False
-
-    async def receive_line(self) -> bytes | None:
-        while True:
-            newline = self._buffer.find(b"\n", self._scanned)
-            if newline >= 0:
-                if newline > self._max:
-                    raise DshProtocolError("a frame from the DSH SDK runtime exceeds max_frame_bytes")
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                self._scanned = 0
-                return line
-            if len(self._buffer) > self._max:
-                raise DshProtocolError("a frame from the DSH SDK runtime exceeds max_frame_bytes")
-            self._scanned = len(self._buffer)
-            if self._eof:
-                if not self._buffer:
-                    return None
-                line = bytes(self._buffer)
-                self._buffer.clear()
-                self._scanned = 0
-                return line
-            chunk = await self._reader.read(self._chunk)
-            if chunk:
-                self._buffer += chunk
-            else:
-                self._eof = True
-
-
-class AsyncioLineWriter:
-    """:class:`LineSink` over an :class:`asyncio.StreamWriter`.
-
-    Raw ``ConnectionError``s surface from :meth:`send` (the client maps them); a writer
-    someone else already closed raises ``BrokenPipeError`` instead of silently dropping
-    the frame.  :meth:`close_input` does not wait for the pipe to drain: a runtime that
-    never reads its stdin must not stall the supervisor's EOF step.
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self._writer = writer
-
-    async def send(self, data: bytes) -> None:
-        if self._writer.is_closing():
-            raise BrokenPipeError("the runtime's stdin is already closed")
-        self._writer.write(data)
-        await self._writer.drain()
-
-    async def close_input(self) -> None:
-        self._writer.close()
-
-
-# --------------------------------------------------------------------------- client internals
 
 
 class _Pending:
