@@ -59,12 +59,17 @@ class CommonEvent(enum.StrEnum):
 
 
 class _StageTracker:
-    """Listener that remembers the stages entered (kept off the chart so diagrams stay clean)."""
+    """Listener that remembers the stages entered and the facts received (kept off the
+    chart so diagrams stay clean)."""
 
     def __init__(self, stages: tuple[str, ...]) -> None:
         self.stages = stages
         self.current: str | None = None
         self.entered: list[str] = []
+        self.seen: set[str] = set()
+
+    def after_transition(self, event: Any) -> None:
+        self.seen.add(str(event))
 
     def on_enter_state(self, target: Any) -> None:
         name: str = target.name
@@ -106,6 +111,11 @@ class Lifecycle(StateChart["Lifecycle"]):
     def stages_entered(self) -> tuple[str, ...]:
         """Stage names in the order first entered, without repeats."""
         return tuple(self._tracker.entered)
+
+    def has_seen(self, event: str) -> bool:
+        """Whether ``event`` has moved the chart (a run's progress, read from the chart
+        instead of a flag of its own)."""
+        return str(event) in self._tracker.seen
 
 
 def _attr(name: str) -> str:

@@ -39,9 +39,9 @@ from supervisor._kinds import ProviderKind
 from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.process import PsutilTree, TreeBackend
+from supervisor.providers.codex._command import app_server_argv
 from supervisor.providers.codex._config import Config, PermissionMode
 from supervisor.providers.codex._run import CodexRun as CodexRun
-from supervisor.providers.codex._run import app_server_argv
 from supervisor.providers.codex._wire import RunTap
 
 __all__ = (

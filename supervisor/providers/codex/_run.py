@@ -29,7 +29,7 @@ Choices the contract leaves open (README: Codex):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,19 +41,19 @@ from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import LineReader, ManagedProcess
+from supervisor.providers.codex._answers import Answers
 from supervisor.providers.codex._classify import classify
-from supervisor.providers.codex._config import Config, PermissionMode
+from supervisor.providers.codex._command import app_server_argv, thread_permissions
+from supervisor.providers.codex._config import Config
+from supervisor.providers.codex._policy import answer_request
 from supervisor.providers.codex._protocol import (
     AgentMessageDelta,
     AgentMessageItem,
-    ApprovalResponse,
     ClientInfo,
-    ElicitationResponse,
     ErrorNotification,
     InitializeParams,
     InitializeResult,
     ItemNotification,
-    PermissionsResponse,
     StatusItem,
     TextInput,
     ThreadStartParams,
@@ -64,7 +64,6 @@ from supervisor.providers.codex._protocol import (
     TurnInterruptResult,
     TurnStartParams,
     TurnStartResult,
-    UserInputResponse,
 )
 from supervisor.providers.codex._wire import (
     AppServerWire,
@@ -76,19 +75,9 @@ from supervisor.providers.codex._wire import (
     WireClosed,
     WireError,
 )
-from supervisor.wire import CappedText, cap_text, client_version
+from supervisor.wire import client_version
 
 log = logging.getLogger("supervisor")
-
-APP_SERVER_ARGS: Final = (
-    "app-server",
-    "-c",
-    "features.unbounded_connection_retries=false",
-    "-c",
-    "features.shell_snapshot=false",
-)
-"""Without the first, a refused model connection retries forever; the second keeps a
-login-shell snapshot (which can stall ~10 s) from running at start."""
 
 _TURN_METHODS: Final = frozenset(
     {"turn/completed", "item/started", "item/completed", "item/agentMessage/delta", "error"}
@@ -97,79 +86,6 @@ _TURN_METHODS: Final = frozenset(
 
 CLIENT_NAME: Final = "subagent_supervisor"
 CLIENT_TITLE: Final = "subagent-supervisor"
-
-
-def thread_permissions(mode: PermissionMode) -> dict[str, str]:
-    """The ``thread/start`` fields for a mode (``never`` keeps the child's sandbox setting)."""
-    if mode is PermissionMode.APPROVE_FOR_ME:
-        return {
-            "approvalPolicy": "on-request",
-            "approvalsReviewer": "auto_review",
-            "sandbox": "workspace-write",
-        }
-    if mode is PermissionMode.BYPASS:
-        return {"approvalPolicy": "never", "sandbox": "danger-full-access"}
-    return {"approvalPolicy": "never"}
-
-
-def app_server_argv(binary: Path, overrides: Sequence[str]) -> list[str]:
-    """The native binary, then ``app-server``; the configured ``-c`` overrides come first so
-    that the two fixed ones (last wins) can never be undone by configuration."""
-    argv = [str(binary), APP_SERVER_ARGS[0]]
-    for override in overrides:
-        argv += ["-c", override]
-    argv += APP_SERVER_ARGS[1:]
-    return argv
-
-
-class _Answers:
-    """The agent messages of the owned turn: the answer, and partial text for failures.
-
-    The answer is the last completed ``final_answer`` message, else the last completed
-    message without a phase; ``commentary`` never counts.  Partial output (for a run
-    that did not complete) falls back to a ``partial_answer`` or to streamed deltas.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._phases: dict[str, str | None] = {}
-        self._streams: dict[str, CappedText] = {}
-        self._streaming: str | None = None
-        self._final: str | None = None
-        self._unphased: str | None = None
-        self._partial: str | None = None
-
-    def started(self, item: AgentMessageItem) -> None:
-        self._phases[item.id] = item.phase
-
-    def delta(self, item_id: str, text: str) -> None:
-        if self._phases.get(item_id) == "commentary":
-            return
-        self._streams.setdefault(item_id, CappedText(self._limit)).add(text)
-        self._streaming = item_id
-
-    def completed(self, item: AgentMessageItem) -> None:
-        self._streams.pop(item.id, None)
-        if self._streaming == item.id:
-            self._streaming = None
-        text = cap_text(item.text, self._limit)
-        if item.phase == "final_answer":
-            self._final = text
-        elif item.phase is None:
-            self._unphased = text
-        elif item.phase == "partial_answer":
-            self._partial = text
-
-    def answer(self) -> str | None:
-        return self._final if self._final is not None else self._unphased
-
-    def partial(self) -> str:
-        stream = self._streams.get(self._streaming) if self._streaming is not None else None
-        streamed = stream.text if stream is not None else ""
-        for candidate in (self._final, self._unphased, self._partial, streamed):
-            if candidate and candidate.strip():
-                return candidate
-        return ""
 
 
 class CodexRun(ProviderRun[Config]):
@@ -194,11 +110,10 @@ class CodexRun(ProviderRun[Config]):
         self._turn_start_sent = False
         self._turn_known = anyio.Event()
         self._turn_start_error: WireError | None = None
-        self._turn_over = False
         self._early: list[Notification] = []
         self._outcome: SubagentResult | None = None
         self._done = anyio.Event()
-        self._answers = _Answers(self.config.max_output_bytes)
+        self._answers = Answers(self.config.max_output_bytes)
         self._decision: str | None = None
         self._final_error: TurnError | None = None
 
@@ -355,7 +270,6 @@ class CodexRun(ProviderRun[Config]):
                 self._decide("command execution" if kind == "commandExecution" else "file change", "declined")
 
     def _terminal(self, completed: TurnCompleted) -> SubagentResult:
-        self._turn_over = True
         self.fact(CodexEvent.TURN_COMPLETED)
         turn = completed.turn
         if turn.status == "completed":
@@ -398,26 +312,14 @@ class CodexRun(ProviderRun[Config]):
 
     def _answer_request(self, request: ServerRequest) -> Mapping[str, Any] | None:
         """Answer without granting authority; None for a request this client does not serve."""
-        method = request.method
-        log.info("run %s: codex asked %s; answering without granting authority", self.id, method)
-        if method in ("item/commandExecution/requestApproval", "item/fileChange/requestApproval"):
-            offered = request.params.get("availableDecisions")
-            cancel = isinstance(offered, list) and "cancel" in offered
-            kind = "command approval" if method.startswith("item/commandExecution") else "file approval"
-            self._decide(kind, "cancelled" if cancel else "declined")
-            return ApprovalResponse(decision="cancel" if cancel else "decline").wire()
-        if method == "item/permissions/requestApproval":
-            self._decide("permission grant", "denied")
-            return PermissionsResponse().wire()
-        if method == "item/tool/requestUserInput":
-            self._decide("user input", "empty response")
-            return UserInputResponse().wire()
-        if method == "mcpServer/elicitation/request":
-            self._decide("MCP elicitation", "declined")
-            return ElicitationResponse().wire()
-        log.warning("run %s: unsupported app-server request; the run fails", self.id)
-        self._finish(self._failed(self.failure("unknown")))
-        return None
+        log.info("run %s: codex asked %s; answering without granting authority", self.id, request.method)
+        answer = answer_request(request.method, request.params)
+        if answer is None:
+            log.warning("run %s: unsupported app-server request; the run fails", self.id)
+            self._finish(self._failed(self.failure("unknown")))
+            return None
+        self._decide(answer.request, answer.decision)
+        return answer.response
 
     # -- cancel and teardown ----------------------------------------------------------
 
@@ -427,7 +329,7 @@ class CodexRun(ProviderRun[Config]):
         if wire is None or self._thread_id is None or not self._turn_start_sent:
             return
         await self._turn_known.wait()
-        if self._turn_id is None or self._turn_over:
+        if self._turn_id is None or self.machine.has_seen(CodexEvent.TURN_COMPLETED):
             return
         params = TurnInterruptParams(threadId=self._thread_id, turnId=self._turn_id)
         await wire.request("turn/interrupt", params.wire(), TurnInterruptResult)
