@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
@@ -61,6 +60,8 @@ from supervisor.providers.dsh_sdk._fold import (
     _SubagentStartedParams,
 )
 from supervisor.providers.dsh_sdk._streams import AsyncioLineReader, AsyncioLineWriter, LineSink, LineSource
+from supervisor.providers.dsh_sdk._subscription import Subscription
+from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
 
 __all__ = ["SERVER_NAME", "DshClient"]
 
@@ -74,65 +75,6 @@ _METHOD_NOT_FOUND: Final = -32601
 _LOGGED_FRAME_CHARS: Final = 200
 
 
-class _Pending:
-    __slots__ = ("done", "error", "method", "result")
-
-    def __init__(self, method: str) -> None:
-        self.method = method
-        self.done = anyio.Event()
-        self.result: object = None
-        self.error: DshError | None = None
-
-    def settle(self, result: object = None, error: DshError | None = None) -> None:
-        if self.done.is_set():
-            return
-        self.result = result
-        self.error = error
-        self.done.set()
-
-
-class _Subscription:
-    """Tree-scoped buffer: filled synchronously by the reader, drained by one turn."""
-
-    def __init__(self, root: str, max_buffered_bytes: int) -> None:
-        self.root = root
-        self._items: deque[tuple[Notification, int]] = deque()
-        self._size = 0
-        self._max = max_buffered_bytes
-        self._wake: anyio.Event | None = None
-        self._failure: DshError | None = None
-
-    def push(self, note: Notification, size: int) -> None:
-        if self._failure is not None:
-            return
-        if self._size + size > self._max:
-            self.fail(DshProtocolError("the DSH SDK runtime outran the notification buffer"))
-            return
-        self._items.append((note, size))
-        self._size += size
-        self._wakeup()
-
-    def fail(self, error: DshError) -> None:
-        if self._failure is None:
-            self._failure = error
-            self._wakeup()
-
-    def _wakeup(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-            self._wake = None
-
-    async def get(self) -> Notification:
-        while not self._items:
-            if self._failure is not None:
-                raise self._failure.again()
-            self._wake = anyio.Event()
-            await self._wake.wait()
-        note, size = self._items.popleft()
-        self._size -= size
-        return note
-
-
 @dataclass(slots=True)
 class _ShutdownState:
     done: anyio.Event
@@ -140,11 +82,7 @@ class _ShutdownState:
 
 
 def _encode(frame: Mapping[str, object]) -> bytes:
-    return json.dumps(frame, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    return encode_frame(frame, ascii_only=True)
 
 
 def _ignored(why: str, raw: object) -> None:
@@ -185,12 +123,13 @@ class DshClient:
         self._max_frame_bytes = max_frame_bytes
         self._max_buffered_bytes = max_buffered_bytes or 4 * max_frame_bytes
         self._server_name = server_name
-        self._pending: dict[str, _Pending] = {}
-        self._subscriptions: set[_Subscription] = set()
+        self._pending: PendingRequests[Pending] = PendingRequests()
+        self._subscriptions: set[Subscription] = set()
         self._parents: dict[str, str] = {}
-        self._failure: DshError | None = None
+        self._close: CloseOnce[DshError] = CloseOnce()
+        self._close.on_close(self._failed_now)
         self._input_closed = False
-        self._send_lock = anyio.Lock()
+        self._frames = FrameWriter(sink.send)
         self._serving = False
         self._answers: TaskGroup | None = None
         self._own_group: TaskGroup | None = None
@@ -247,7 +186,7 @@ class DshClient:
     @property
     def failure(self) -> DshError | None:
         """The first client-wide failure (transport closed, oversize frame, reader fault)."""
-        return self._failure
+        return self._close.reason
 
     @property
     def pending_requests(self) -> int:
@@ -290,19 +229,20 @@ class DshClient:
             self._dispatch(line)
 
     def _fail(self, error: DshError) -> None:
-        if self._failure is not None:
-            return
-        self._failure = error
+        """The first client-wide failure closes the client (later ones are ignored)."""
+        self._close.close(error)
+
+    def _failed_now(self, error: DshError) -> None:
         if not isinstance(error, DshTransportClosed) or error.reason != "stopped":
             _log.debug("DSH SDK wire: client failed: %s", error, exc_info=error.__cause__)
-        for pending in self._pending.values():
-            pending.settle(error=error.again())
+        self._pending.fail_all(error.again)
         for subscription in self._subscriptions:
             subscription.fail(error)
 
     def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise self._failure.again()
+        failure = self._close.reason
+        if failure is not None:
+            raise failure.again()
         if self._input_closed:
             raise DshTransportClosed("input-closed")
 
@@ -321,7 +261,7 @@ class DshClient:
             _ignored("not an object", stripped)
             return
         frame_id, method = frame.get("id"), frame.get("method")
-        has_id, has_method = _is_id(frame_id), isinstance(method, str)
+        has_id, has_method = is_request_id(frame_id), isinstance(method, str)
         if has_id and has_method:
             self._answer_unknown_request(frame_id)
         elif has_id:
@@ -339,7 +279,7 @@ class DshClient:
     def _answer_unknown_request(self, request_id: object) -> None:
         error = {"code": _METHOD_NOT_FOUND, "message": "method not found"}
         frame = {"jsonrpc": "2.0", "id": request_id, "error": error}
-        if self._answers is not None and self._failure is None and not self._input_closed:
+        if self._answers is not None and not self._close.closed and not self._input_closed:
             self._answers.start_soon(self._send_quietly, _encode(frame))
 
     async def _send_quietly(self, data: bytes) -> None:
@@ -405,19 +345,17 @@ class DshClient:
 
     async def _send(self, data: bytes) -> None:
         self._check_usable()
-        async with self._send_lock:
-            self._check_usable()
-            try:
-                await self._sink.send(data)
-            except OSError as exc:
-                if self._input_closed:
-                    raise DshTransportClosed("input-closed") from exc
-                if isinstance(exc, ConnectionError):
-                    error: DshError = _caused(DshTransportClosed("broken-pipe"), exc)
-                else:
-                    error = _caused(DshError("writing to the DSH SDK runtime failed"), exc)
-                self._fail(error)
-                raise error.again() from exc
+        try:
+            await self._frames.send(data, check=self._check_usable)
+        except OSError as exc:
+            if self._input_closed:
+                raise DshTransportClosed("input-closed") from exc
+            if isinstance(exc, ConnectionError):
+                error: DshError = _caused(DshTransportClosed("broken-pipe"), exc)
+            else:
+                error = _caused(DshError("writing to the DSH SDK runtime failed"), exc)
+            self._fail(error)
+            raise error.again() from exc
 
     async def request(self, method: str, params: Mapping[str, object] | None = None) -> object:
         """Send one request and return its raw ``result``.
@@ -432,16 +370,12 @@ class DshClient:
         frame: dict[str, object] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             frame["params"] = dict(params)
-        pending = _Pending(method)
-        self._pending[request_id] = pending
+        pending = self._pending.add(request_id, Pending(method))
         try:
             await self._send(_encode(frame))
-            await pending.done.wait()
+            return await pending.wait()
         finally:
-            self._pending.pop(request_id, None)
-        if pending.error is not None:
-            raise pending.error
-        return pending.result
+            self._pending.discard(request_id)
 
     async def initialize(
         self,
@@ -494,7 +428,7 @@ class DshClient:
         :class:`DshProtocolError`; every other malformed frame is ignored.
         """
         progress = progress if progress is not None else TurnProgress()
-        subscription = _Subscription(session_id, self._max_buffered_bytes)
+        subscription = Subscription(session_id, self._max_buffered_bytes)
         self._subscriptions.add(subscription)
         try:
             result = await self.request(
