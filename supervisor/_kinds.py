@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from machines import Vocabulary
 from supervisor._config import ProviderConfig
-from supervisor._errors import ConfigurationError
+from supervisor._errors import ConfigurationError, NoProvider
 from supervisor._registry import Provider
 from supervisor._seam import NO_CAPABILITIES, Capabilities
 
@@ -100,8 +100,12 @@ def installed_kinds() -> dict[str, InstalledKind]:
 
 
 def kind(name: str) -> ProviderKind[Any]:
-    """The installed kind ``name``, loaded; :class:`KeyError` when none is installed."""
-    return installed_kinds()[name].load()
+    """The installed kind ``name``, loaded; :class:`~supervisor.NoProvider` when none is."""
+    try:
+        installed = installed_kinds()[name]
+    except KeyError:
+        raise NoProvider(f'no subagent provider kind "{name}" is installed') from None
+    return installed.load()
 
 
 def create_provider(name: str, config: ProviderConfig, provider_name: str | None = None) -> Provider:

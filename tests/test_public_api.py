@@ -83,3 +83,30 @@ def test_the_run_protocol_is_what_callers_get() -> None:
         "cancel",
         "dispose",
     } <= members
+
+
+def test_kinds_are_found_through_the_entry_point_group() -> None:
+    import pytest
+
+    kinds = supervisor.installed_kinds()
+    assert list(kinds) == ["acp", "dsh-sdk", "claude-code", "codex"]
+    assert [k.extra for k in kinds.values()] == [None, None, "claude-code", "codex"]
+    assert all(k.entry_point.group == supervisor.PROVIDERS_GROUP for k in kinds.values())
+    acp = kinds["acp"].load()
+    provider = supervisor.create_provider("acp", acp.config(command="agent"), "mine")
+    assert provider.name == "mine"
+    assert acp.vocabulary.label == "ACP"
+    with pytest.raises(supervisor.NoProvider, match='no subagent provider kind "rocket" is installed'):
+        supervisor.create_provider("rocket", acp.config(command="agent"))
+
+
+def test_listing_kinds_imports_no_provider_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, supervisor; supervisor.installed_kinds(); "
+        "print(sorted(m for m in sys.modules if m.startswith('supervisor.providers.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
