@@ -25,8 +25,8 @@ from supervisor._abort import AbortSignal
 from supervisor._consumers import foreground_text
 from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._handle import Run
 from supervisor._registry import Registry
-from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 
 log = logging.getLogger("supervisor")
@@ -76,7 +76,7 @@ StageListener = Callable[[str], None]
 class DeskRun:
     """One run on the desk, from queued to settled."""
 
-    run: ProviderRun
+    run: Run
     provider: str
     abort: AbortSignal = field(default_factory=AbortSignal)
     state: DeskState = DeskState.QUEUED
@@ -101,7 +101,7 @@ class DeskRun:
         }
 
     def on_transition(self, entry: Transition) -> None:
-        if entry.target in self.run.machine.STAGES:
+        if entry.target in self.run.vocabulary.stages:
             for listener in list(self.listeners):
                 listener(entry.target)
 

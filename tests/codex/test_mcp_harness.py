@@ -14,12 +14,12 @@ import pytest
 
 from supervisor import StopReason
 from supervisor.providers.codex import PermissionMode
-from tests.codex.helpers import Transcript, guarded, namespaced_tool_calls, provider, run_once
 from tests.conftest import PYTHON
 from tests.mockmodel import EchoToolResult, MockModelServer, ToolCall
-from tests.peers import codex_app_server_launch
+from tests.support.codex import Transcript, guarded, namespaced_tool_calls, provider, run_once
+from tests.support.peers import codex_app_server_launch
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 EXAMPLE_ANSWER = "Hello! I'm the subagent-supervisor example agent"
 
