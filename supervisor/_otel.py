@@ -23,7 +23,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from machines import Transition, TransitionSink
-from supervisor._diagnostic import VOCABULARY
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor._telemetry import transition_attributes
@@ -47,26 +46,29 @@ EXIT_CODE = "process.exit.code"
 EXIT_SIGNAL = "subagent.exit.signal"
 ERROR_TYPE = "error.type"
 
-CATEGORIES = frozenset(c for v in VOCABULARY.values() for c in v.categories)
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
 _CATEGORY = re.compile(r"Subagent failure \(provider: [^;()]+; stage: [a-z-]+; category: ([a-z-]+)[;)]")
 _PROPAGATOR = TraceContextTextMapPropagator()
 EXPORT_TIMEOUT_SECONDS = 3.0
 
 
-def _kind_of(run: ProviderRun) -> str:
-    from supervisor.providers import KINDS
+def _kind_of(run: ProviderRun[Any]) -> str:
+    """The installed kind whose vocabulary the run speaks (kinds are loaded once each)."""
+    from supervisor._kinds import installed_kinds
 
-    for kind in KINDS.values():
-        if kind.label == run.label:
-            return kind.kind
+    for name, installed in installed_kinds().items():
+        try:
+            if installed.load().vocabulary is run.vocabulary:
+                return name
+        except Exception:  # a kind whose extra is missing cannot be this run's
+            continue
     return "unknown"
 
 
-def failure_category(diagnostic: str | None) -> str | None:
+def failure_category(diagnostic: str | None, categories: frozenset[str]) -> str | None:
     """The category of the failure line a diagnostic starts with (a closed value), if any."""
     match = _CATEGORY.match(diagnostic or "")
-    if match is None or match.group(1) not in CATEGORIES:
+    if match is None or match.group(1) not in categories:
         return None
     return match.group(1)
 
@@ -88,7 +90,7 @@ class RunSpan:
 
         return record
 
-    def begin(self, run: ProviderRun) -> None:
+    def begin(self, run: ProviderRun[Any]) -> None:
         if self._span is not None:
             return
         self._span = self._tracer.start_span(
@@ -117,19 +119,19 @@ class RunSpan:
                 out[name] = value
         return out
 
-    def start_failed(self, run: ProviderRun, error: BaseException) -> None:
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
         span = self._open()
         if span is None:
             return
         self._process_facts(span, run)
         if isinstance(error, StartFailed):
-            self._fail(span, failure_category(error.diagnostic) or "unknown")
+            self._fail(span, failure_category(error.diagnostic, run.vocabulary.categories) or "unknown")
         elif isinstance(error, Exception) and not isinstance(error, StartAborted):
             self._fail(span, type(error).__qualname__)
         self._close(span)
 
     def end(
-        self, run: ProviderRun, result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         span = self._open()
         if span is None:
@@ -137,9 +139,9 @@ class RunSpan:
         self._process_facts(span, run)
         if result is not None:
             span.set_attribute(STOP_REASON, str(result.stop_reason))
-        error_type = _result_error(result)
+        error_type = _result_error(result, run.vocabulary.categories)
         if error_type is None and teardown_error is not None:
-            error_type = failure_category(teardown_error.diagnostic) or "unknown"
+            error_type = failure_category(teardown_error.diagnostic, run.vocabulary.categories) or "unknown"
         if error_type is not None:
             self._fail(span, error_type)
         self._close(span)
@@ -159,7 +161,7 @@ class RunSpan:
         span.set_status(Status(StatusCode.ERROR))
 
     @staticmethod
-    def _process_facts(span: trace.Span, run: ProviderRun) -> None:
+    def _process_facts(span: trace.Span, run: ProviderRun[Any]) -> None:
         containment = getattr(run, "containment", None)
         containment = getattr(containment, "value", containment)
         if isinstance(containment, str) and containment in CONTAINMENTS:
@@ -174,7 +176,7 @@ class RunSpan:
                 span.set_attribute(EXIT_SIGNAL, facts.signal)
 
 
-def _result_error(result: SubagentResult | None) -> str | None:
+def _result_error(result: SubagentResult | None, categories: frozenset[str]) -> str | None:
     """``error.type`` for a settled result, or None when it is not a failure.
 
     A failure is what a job settles as ``failed``: anything but ``completed`` and an
@@ -185,7 +187,7 @@ def _result_error(result: SubagentResult | None) -> str | None:
         return None
     if result.stop_reason == StopReason.ABORTED and result.diagnostic is None:
         return None
-    return failure_category(result.diagnostic) or str(result.stop_reason)
+    return failure_category(result.diagnostic, categories) or str(result.stop_reason)
 
 
 # -- process-wide set-up ---------------------------------------------------------------------

@@ -49,7 +49,7 @@ class RunTelemetry(Protocol):
         """The audit sink: span events first, then ``downstream``."""
         ...
 
-    def begin(self, run: ProviderRun) -> None:
+    def begin(self, run: ProviderRun[Any]) -> None:
         """Open the run's span (in the caller's context, so it nests under an active span)."""
         ...
 
@@ -57,12 +57,12 @@ class RunTelemetry(Protocol):
         """``env`` plus ``TRACEPARENT`` of the run's span (an explicit config entry wins)."""
         ...
 
-    def start_failed(self, run: ProviderRun, error: BaseException) -> None:
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
         """End the span of a run whose start raised."""
         ...
 
     def end(
-        self, run: ProviderRun, result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         """End the span of a disposed run."""
         ...
@@ -72,17 +72,17 @@ class _NoopRunTelemetry:
     def sink(self, downstream: TransitionSink | None) -> TransitionSink | None:
         return downstream
 
-    def begin(self, run: ProviderRun) -> None:
+    def begin(self, run: ProviderRun[Any]) -> None:
         pass
 
     def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
         return env
 
-    def start_failed(self, run: ProviderRun, error: BaseException) -> None:
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
         pass
 
     def end(
-        self, run: ProviderRun, result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         pass
 

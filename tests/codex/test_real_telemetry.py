@@ -16,11 +16,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from supervisor import Registry, StopReason, telemetry
-from tests.codex.helpers import provider, request
+from tests.conftest import internals
 from tests.mockmodel import MockModelServer, Text
-from tests.peers import PeerLaunch
+from tests.support.codex import provider, request
+from tests.support.peers import PeerLaunch
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 
 @contextmanager
@@ -50,8 +51,9 @@ async def test_the_real_app_server_runs_with_the_traceparent_of_our_span(
     registry.register(provider(launch))
     with traced() as exporter:
         async with registry.run("codex", request(launch.cwd)) as run:
-            assert run.process is not None
-            seen = environ_of(run.process.pid)  # the live app-server, published, not yet disposed
+            process = internals(run).process
+            assert process is not None
+            seen = environ_of(process.pid)  # the live app-server, published, not yet disposed
             result = await run.result()
     assert result.stop_reason == StopReason.COMPLETED
     (span,) = exporter.get_finished_spans()

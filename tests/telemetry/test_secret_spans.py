@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from supervisor import SubagentRequest, telemetry
 from supervisor.providers import acp, dsh_sdk
 from tests.conftest import CHILDREN, PYTHON
-from tests.reliability.support import acp_child, dsh_fake
 from tests.reliability.test_secrets import (
     ACP_PLACEMENTS,
     DSH_SCENARIOS,
@@ -37,6 +36,7 @@ from tests.reliability.test_secrets import (
     scrubbed_names,
     secrets,
 )
+from tests.support.reliability import acp_child, dsh_fake
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +117,7 @@ async def test_dsh_secrets_never_reach_an_exported_span(secret: str, scenario: d
 async def test_codex_secrets_never_reach_an_exported_span(
     secret: str, info: object, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from tests.codex.helpers import agent_message, standin, turn_completed
+    from tests.support.codex import agent_message, standin, turn_completed
 
     error = {"message": secret, "codexErrorInfo": info, "additionalDetails": secret}
     script = [agent_message(secret, "final_answer"), turn_completed("failed", error=error)]

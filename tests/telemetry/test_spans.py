@@ -16,8 +16,8 @@ from supervisor import Registry, StartFailed, StopReason, SubagentRequest, telem
 from supervisor.providers import acp
 from supervisor.providers.acp import example_agent_config
 from tests.conftest import CHILDREN, PYTHON
-from tests.reliability.support import acp_child, fake_claude
 from tests.reliability.test_secrets import run_to_end
+from tests.support.reliability import acp_child, fake_claude
 from tests.telemetry.conftest import Traced
 
 pytestmark = pytest.mark.anyio
