@@ -76,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
+    mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     return parser
 
 
@@ -385,7 +386,11 @@ def _mcp(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent,
     )
     _configure_logging(args.verbose)
-    return anyio.run(_mcp.serve, settings, backend="asyncio")
+    telemetry.configure_from_cli(args.otel)
+    try:
+        return anyio.run(_mcp.serve, settings, backend="asyncio")
+    finally:
+        telemetry.shutdown()
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -358,3 +358,26 @@ def test_mcp_needs_no_command_and_rejects_bad_options(tmp_path: Path) -> None:
     proc = subprocess.run([*SERVER, "--max-concurrent", "0"], capture_output=True, text=True, cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (2, "subagents: --max-concurrent must be at least 1\n")
     assert sys.executable
+
+
+async def test_with_otel_every_run_is_a_span(tmp_path: Path) -> None:
+    """``--otel`` with the console exporter: the run's span goes to the server's stderr."""
+    errors = tmp_path / "stderr"
+    params = StdioServerParameters(
+        command=SERVER[0],
+        args=[*SERVER[1:], "--otel"],
+        cwd=str(tmp_path),
+        env={"OTEL_TRACES_EXPORTER": "console"},
+    )
+    with errors.open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            _, structured, is_error = await call(session, "run_subagent", {"task": "say hello"})
+    assert not is_error
+    exported = errors.read_text()
+    assert '"name": "invoke_agent acp"' in exported
+    assert structured["run_id"] in exported
+    assert "say hello" not in exported  # closed facts only
