@@ -38,6 +38,10 @@ async def test_codex_calls_run_subagent_and_gets_the_subagents_answer(
             f"mcp_servers.subagents.command={json.dumps(PYTHON)}",
             "mcp_servers.subagents.args="
             + json.dumps(["-m", "supervisor._cli", "mcp", "--root", str(launch.cwd)]),
+            # Required: Codex then waits for the server before the turn instead of giving an
+            # optional server a short grace (a loaded machine starts Python slower than that).
+            "mcp_servers.subagents.required=true",
+            "mcp_servers.subagents.startup_timeout_sec=60",
         ]
         codex = provider(launch, transcript, permission_mode=PermissionMode.APPROVE_FOR_ME, config=overrides)
         result, run = await run_once(codex, launch.cwd, task="delegate a greeting")
