@@ -163,6 +163,25 @@ async def test_child_that_makes_itself_a_subreaper(
     assert not alive(daemon)
 
 
+async def test_cgroups_made_inside_a_runs_leaf_end_and_go_with_it(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    """A nested supervisor (``subagents mcp`` under a supervised Codex) makes its own groups
+    inside the leaf it runs in: the ladder ends their members and removes them with the leaf."""
+    if containment.mode != "cgroup":
+        pytest.skip("cgroups only")
+    spec = spec_for("nested-cgroup", cwd=tmp_path, containment=containment)
+    proc = await ManagedProcess.spawn(spec, task_group)
+    line = (await proc.stdout.readline()).decode().split()
+    daemon, nested = int(line[1]), Path(line[2])
+    assert (nested / "cgroup.procs").read_text().split() == [str(daemon)]
+    report, _ = await tear_down(proc, eof=0.2, term=0.5)
+    assert report.quiescent
+    assert not alive(daemon)
+    assert not nested.exists()
+    assert not nested.parent.parent.exists()  # the run's leaf itself
+
+
 async def test_the_embedders_own_zombie_is_untouched(
     tmp_path: Path, task_group: TaskGroup, containment: Containment
 ) -> None:

@@ -185,11 +185,21 @@ class CgroupEnclosure:
         self._root = pid
 
     def members(self) -> list[int]:
-        try:
-            text = (self.leaf / "cgroup.procs").read_text()
-        except OSError:
-            return []
-        return [int(word) for word in text.split()]
+        """Every process in the leaf and in any cgroup a member created below it (a nested
+        supervisor makes its own groups inside the leaf it was started in)."""
+        found: list[int] = []
+        for directory in self._subtree():
+            try:
+                text = (directory / "cgroup.procs").read_text()
+            except OSError:
+                continue
+            found.extend(int(word) for word in text.split())
+        return found
+
+    def _subtree(self) -> list[Path]:
+        """The leaf and the cgroups below it, deepest first (the order ``rmdir`` needs)."""
+        below = [Path(root) for root, _dirs, _files in os.walk(self.leaf, topdown=False)]
+        return below or [self.leaf]
 
     def populated(self) -> bool:
         try:
@@ -291,7 +301,8 @@ class CgroupEnclosure:
             return
         self._reap_members()
         try:
-            self.leaf.rmdir()
+            for directory in self._subtree():  # groups a nested supervisor left, then the leaf
+                directory.rmdir()
             self._released = True
         except OSError as exc:
             log.debug("could not remove %s: %r", self.leaf, exc)

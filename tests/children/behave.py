@@ -24,6 +24,8 @@ own-subreaper       the child makes itself a subreaper, then starts a daemon; ex
 storm N             N sleeping grandchildren; exit on EOF
 hold-stdout         a grandchild that keeps stdout open; the child exits at once after "ready"
 nondumpable-daemon  a double-fork + setsid daemon that makes itself non-dumpable (environ unreadable)
+nested-cgroup       a daemon moved into a new cgroup made below the child's own (as a nested
+                    supervisor does); prints "ready <pid> <cgroup dir>"; exit on EOF
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def wait_eof() -> None:
@@ -236,6 +239,19 @@ def main() -> None:
         wait_eof()
     elif behaviour == "nondumpable-daemon":
         ready(spawn_nondumpable_daemon())
+        wait_eof()
+    elif behaviour == "nested-cgroup":
+        own = next(
+            line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::"
+        )
+        mount = next(
+            m for m in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(m, "cgroup.procs").exists()
+        )
+        nested = Path(mount + own.strip(), "nested", "inner")
+        nested.mkdir(parents=True)
+        pid = spawn_daemon()
+        (nested / "cgroup.procs").write_text(f"{pid}\n")
+        print(f"ready {pid} {nested}", flush=True)
         wait_eof()
     elif behaviour == "hold-stdout":
         subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)  # inherits stdout
