@@ -27,6 +27,7 @@ from supervisor.process import (
     detect_containment,
     host_group_name,
     parse_host_group,
+    set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.test_process import alive, ready_pids, spec_for, subreaper_off, tear_down
@@ -170,6 +171,7 @@ async def test_cgroups_made_inside_a_runs_leaf_end_and_go_with_it(
     inside the leaf it runs in: the ladder ends their members and removes them with the leaf."""
     if containment.mode != "cgroup":
         pytest.skip("cgroups only")
+    set_subreaper(True)  # as an embedder may have it: the killed daemon is then our zombie to reap
     spec = spec_for("nested-cgroup", cwd=tmp_path, containment=containment)
     proc = await ManagedProcess.spawn(spec, task_group)
     line = (await proc.stdout.readline()).decode().split()

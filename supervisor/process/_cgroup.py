@@ -265,7 +265,9 @@ class CgroupEnclosure:
             with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
                 for line in f:
                     if line.startswith("0::"):
-                        return self.leaf.as_posix().endswith(line[3:].strip())
+                        # The leaf or a group below it; host group and leaf names are unique.
+                        tail = f"/{self.leaf.parent.name}/{self.leaf.name}/"
+                        return tail in line[3:].strip() + "/"
         except OSError:
             return False
         return False
