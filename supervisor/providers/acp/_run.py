@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from pydantic import ValidationError
 
 from machines.acp import AcpLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import (
@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 
     from supervisor.providers.acp import Config
     from supervisor.providers.acp._client import FrameObserver, UnattendedClient
-
-log = logging.getLogger("supervisor")
+    from supervisor.providers.acp._transport import StdioTransport
 
 CLIENT_NAME = "subagent-supervisor"
 CLOSE_TIMEOUT = 1.0
@@ -52,6 +51,7 @@ class AcpRun(ProviderRun):
         self._conn: ClientSideConnection | None = None
         self._client: UnattendedClient | None = None
         self._observer: FrameObserver | None = None
+        self._transport: StdioTransport | None = None
         self._session_id: str | None = None
 
     # -- start --------------------------------------------------------------------------
@@ -62,15 +62,22 @@ class AcpRun(ProviderRun):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
         acp = await _import_acp()
+        from supervisor.providers.acp import _sdk_logging
         from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
+        from supervisor.providers.acp._transport import StdioTransport
 
         self._client = UnattendedClient(
             policy=config.permission, output=OutputBuffer(config.max_output_bytes), on_output=self.note_output
         )
         self._observer = FrameObserver()
-        self._conn = acp.connect_to_agent(
-            self._client, process.stdin, process.stdout, observers=[self._observer]
+        self._transport = StdioTransport(
+            process.stdout,
+            process.stdin,
+            max_frame_bytes=config.max_frame_bytes,
+            max_inflight=config.max_inflight_requests,
         )
+        with _sdk_logging.routed():  # every task the SDK spawns for this connection inherits it
+            self._conn = acp.connect_to_agent(self._client, self._transport, observers=[self._observer])
         try:
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
@@ -100,13 +107,20 @@ class AcpRun(ProviderRun):
 
     async def _startup_failure(self, exc: BaseException) -> FailureFacts:
         """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""
-        assert self.process is not None
-        if self.process.frame_too_large or isinstance(exc, ValidationError):
+        if self._protocol_fault() or isinstance(exc, ValidationError):
             return self.failure("protocol")
         exit_facts = await self._exit_within_grace()
         if exit_facts is not None:
             return self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
         return self.failure("transport")
+
+    def _protocol_fault(self) -> bool:
+        """Whether the wire ended on a protocol fault (oversized, non-JSON-RPC line, request flood)."""
+        assert self.process is not None
+        fault = self._transport.fault if self._transport is not None else None
+        if fault is not None:
+            raw_failure("run %s: ACP wire fault: %s", self.id, fault.value)
+        return self.process.frame_too_large or fault is not None
 
     async def _exit_within_grace(self) -> ExitFacts | None:
         """The child's exit facts if its stdout closed and it exits within the grace, else None.
@@ -131,11 +145,11 @@ class AcpRun(ProviderRun):
         except ValidationError as exc:
             # Only an out-of-vocabulary stop reason maps to the "unknown" row; any
             # other malformed result is a protocol failure.  The value is never copied.
-            log.info("run %s: malformed prompt result", self.id, exc_info=exc)
+            raw_failure("run %s: malformed prompt result", self.id, exc=exc)
             raw = self._raw_stop_reason()
             return self._stop_result(raw if raw is not None and raw not in _STOP_REASONS else None)
         except Exception as exc:
-            log.warning("run %s: prompt failed", self.id, exc_info=exc)
+            raw_failure("run %s: prompt failed", self.id, exc=exc)
             return await self._prompt_failure()
         return self._stop_result(str(response.stop_reason))
 
@@ -165,7 +179,7 @@ class AcpRun(ProviderRun):
     async def _prompt_failure(self) -> SubagentResult:
         permission = self._permission_line()
         assert self.process is not None
-        if self.process.frame_too_large:
+        if self._protocol_fault():
             self.fact("prompt_failed")
             return self._error(self._line(self.failure("protocol"), permission))
         exit_facts = await self._exit_within_grace()
@@ -223,6 +237,9 @@ async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(importlib.import_module, "acp")
+    from supervisor.providers.acp import _sdk_logging
+
+    _sdk_logging.install()
     return importlib.import_module("acp")
 
 

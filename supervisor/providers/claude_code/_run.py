@@ -86,6 +86,7 @@ def _utf8_prefix(text: str, limit: int) -> str:
 class ClaudeCodeRun(ProviderRun):
     label = ProviderLabel.CLAUDE_CODE
     lifecycle = ClaudeCodeLifecycle
+    start_timeout_category = "unknown"
 
     def __init__(
         self,

@@ -188,6 +188,7 @@ class _Answers:
 class CodexRun(ProviderRun):
     label: ClassVar[ProviderLabel] = ProviderLabel.CODEX
     lifecycle = CodexLifecycle
+    start_timeout_category = "unknown"
 
     def __init__(
         self,
