@@ -93,7 +93,7 @@ class StdioTransport:
             try:
                 message = json.loads(line)
             except ValueError as exc:
-                raw_failure("ACP child: unparsable stdout line", exc=exc)
+                raw_failure("ACP child: unparsable stdout line: %.200r", line, exc=exc)
                 self._end(WireFault.NOT_JSON_RPC)
                 break
             if not is_json_rpc(message):
