@@ -194,7 +194,7 @@ def test_the_sdk_keeps_its_own_logging_outside_a_run() -> None:
     from supervisor.providers.acp import _sdk_logging
 
     _sdk_logging.install()
-    stand_in = acp.connection.logging
+    stand_in = vars(acp.connection)["logging"]
     assert stand_in is not logging
     seen: list[logging.LogRecord] = []
 
