@@ -351,7 +351,7 @@ async def test_malformed_frames_are_ignored_and_logged_at_debug(
     ]
     ignored = [record for record in caplog.records if "ignored a frame" in record.getMessage()]
     assert len(ignored) >= 15
-    assert all(record.levelno == logging.DEBUG and record.name == "supervisor" for record in ignored)
+    assert all(record.levelno == logging.DEBUG and record.name == "supervisor.child" for record in ignored)
 
 
 @pytest.mark.anyio

@@ -30,6 +30,7 @@ from claude_agent_sdk import (
 
 from machines.claude_code import ClaudeCodeLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
@@ -160,7 +161,8 @@ class ClaudeCodeRun(ProviderRun):
         try:
             outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
         except Exception as exc:
-            log.warning("run %s: the Claude Code conversation failed", self.id, exc_info=exc)
+            log.warning("run %s: the Claude Code conversation failed", self.id)
+            raw_failure("run %s: the raw conversation failure", self.id, exc=exc)
             return await self._without_result(raised=True)
         if isinstance(outcome, ResultMessage):
             return self._result_of(outcome)
@@ -205,7 +207,7 @@ class ClaudeCodeRun(ProviderRun):
             self.note_output()
             answer = _utf8_prefix(facts.result, self._settings.max_output_bytes)
             return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
-        log.info(
+        raw_failure(
             "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",
             self.id,
             message.subtype,

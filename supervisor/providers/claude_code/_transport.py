@@ -27,6 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import CLIConnectionError, Transport
 
+from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
 
 log = logging.getLogger("supervisor")
@@ -169,7 +170,8 @@ class SupervisedTransport(Transport):
                         return
                     failure = StreamFailure("the Claude Code CLI's output broke stream-json framing")
                     failure.__cause__ = exc
-                    log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid, exc_info=exc)
+                    log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid)
+                    raw_failure("Claude Code CLI %d: the unreadable frame", process.pid, exc=exc)
                     self.stream_failure = failure
                     return
                 if message is None or await self._answered_here(message):

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from machines.codex import CodexLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel, codex_permission_line, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import LineReader, ManagedProcess
@@ -326,7 +327,8 @@ class CodexRun(ProviderRun):
         try:
             result = self._notification(event)
         except ValidationError as exc:
-            log.warning("run %s: malformed %s notification: %s", self.id, event.method, exc)
+            log.warning("run %s: malformed notification", self.id)
+            raw_failure("run %s: malformed %.80r notification", self.id, event.method, exc=exc)
             result = self._failed(self.failure("unknown"))
         if result is not None:
             self._finish(result)
@@ -352,7 +354,8 @@ class CodexRun(ProviderRun):
             self._answers.delta(delta.item_id, delta.delta)
         elif method == "error":
             error = ErrorNotification.model_validate(params)
-            log.info("run %s: codex error (retry: %s): %s", self.id, error.will_retry, error.error.message)
+            log.info("run %s: codex error (retry: %s)", self.id, error.will_retry)
+            raw_failure("run %s: codex error: %s", self.id, error.error.message)
             if not error.will_retry:
                 self._final_error = error.error
         else:
@@ -384,7 +387,8 @@ class CodexRun(ProviderRun):
         if turn.status == "failed":
             error = turn.error or self._final_error
             if error is not None:
-                log.warning("run %s: codex turn failed: %s", self.id, error.message)
+                log.warning("run %s: codex turn failed", self.id)
+                raw_failure("run %s: codex turn failed: %s", self.id, error.message)
             verdict = classify(error.codex_error_info if error is not None else None)
             if verdict.sandbox_error:
                 self._decide("sandbox execution", "failed")
@@ -393,7 +397,8 @@ class CodexRun(ProviderRun):
             return self._failed(facts, stop_reason=stop)
         # interrupted without a local cancel (a local cancel never gets here), or a
         # status that is not terminal at all.
-        log.warning("run %s: codex turn ended with status %r", self.id, turn.status[:40])
+        log.warning("run %s: codex turn ended with a status that is not a success", self.id)
+        raw_failure("run %s: codex turn ended with status %r", self.id, turn.status[:40])
         return self._failed(self.failure("unknown"))
 
     def _failed(self, facts: FailureFacts, *, stop_reason: StopReason = StopReason.ERROR) -> SubagentResult:
@@ -415,7 +420,7 @@ class CodexRun(ProviderRun):
     def _answer_request(self, request: ServerRequest) -> Mapping[str, Any] | None:
         """Answer without granting authority; None for a request this client does not serve."""
         method = request.method
-        log.info("run %s: codex asked %s; answering without granting authority", self.id, method)
+        raw_failure("run %s: codex asked %.80r; answering without granting authority", self.id, method)
         if method in ("item/commandExecution/requestApproval", "item/fileChange/requestApproval"):
             offered = request.params.get("availableDecisions")
             cancel = isinstance(offered, list) and "cancel" in offered

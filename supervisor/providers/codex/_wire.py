@@ -40,6 +40,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 from pydantic import BaseModel, ValidationError
 
+from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
 
 __all__ = [
@@ -284,10 +285,12 @@ class AppServerWire:
             log.warning("codex app-server: a frame exceeded max_frame_bytes")
             reason = CloseReason.FRAME_TOO_LARGE
         except _Malformed as exc:
-            log.warning("codex app-server: malformed frame: %s", exc)
+            log.warning("codex app-server: malformed frame")
+            raw_failure("codex app-server: malformed frame: %s", exc)
             reason = CloseReason.MALFORMED
         except (ConnectionError, OSError) as exc:
-            log.warning("codex app-server: reading stdout failed: %r", exc)
+            log.warning("codex app-server: reading stdout failed")
+            raw_failure("codex app-server: reading stdout failed", exc=exc)
             reason = CloseReason.READ_FAILED
         finally:
             self.close(reason)
@@ -329,13 +332,15 @@ class AppServerWire:
             error = frame["error"]
             code = error.get("code") if isinstance(error, Mapping) else None
             message = error.get("message") if isinstance(error, Mapping) else None
-            log.info("codex app-server answered %s with error %r: %r", pending.method, code, message)
+            log.info("codex app-server answered %s with an error", pending.method)
+            raw_failure("codex app-server answered %s with error %r: %r", pending.method, code, message)
             pending.error = RpcError(pending.method, code, message)
         else:
             try:
                 pending.result = pending.model.model_validate(frame["result"])
             except ValidationError as exc:
-                log.info("codex app-server: malformed %s result: %s", pending.method, exc)
+                log.info("codex app-server: malformed %s result", pending.method)
+                raw_failure("codex app-server: malformed %s result", pending.method, exc=exc)
                 error = WireProtocolError(pending.method)
                 error.__cause__ = exc
                 pending.error = error
@@ -349,7 +354,8 @@ class AppServerWire:
         if result is not None:
             frame: dict[str, Any] = {"id": request.id, "result": dict(result)}
         else:
-            log.warning("codex app-server sent an unsupported request %r", request.method[:_LOGGED_CHARS])
+            log.warning("codex app-server sent an unsupported request")
+            raw_failure("codex app-server: the unsupported request: %r", request.method[:_LOGGED_CHARS])
             frame = {"id": request.id, "error": {"code": METHOD_NOT_FOUND, "message": "unsupported request"}}
         # If the stream is gone, the owner learns it from the close callback.
         with contextlib.suppress(WireClosed):

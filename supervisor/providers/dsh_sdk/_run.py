@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from machines import TransitionSink
 from machines.dsh_sdk import DshSdkLifecycle
 from supervisor._diagnostic import FailureFacts, ProviderLabel
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, StepFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import TeardownReport, TreeBackend
@@ -157,7 +158,7 @@ class DshSdkRun(ProviderRun):
         self.fact("root_idle")
         turn_end = outcome.turn_end
         if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:
-            log.info(
+            raw_failure(
                 "run %s: the DSH SDK runtime ended the turn with an unknown kind %.*r",
                 self.id,
                 _LOGGED_CHARS,
@@ -204,8 +205,9 @@ class DshSdkRun(ProviderRun):
 
     def _log_failure(self, step: str, error: BaseException) -> None:
         """The raw failure, for the host log only (never for a result or an error's text)."""
+        log.warning("run %s: %s failed (%s)", self.id, step, type(error).__name__)
         if isinstance(error, DshRpcError):
-            log.warning(
+            raw_failure(
                 "run %s: %s: the DSH SDK runtime answered %s with JSON-RPC error %d: %.*r (data: %.*r)",
                 self.id,
                 step,
@@ -217,10 +219,10 @@ class DshSdkRun(ProviderRun):
                 error.data,
             )
         else:
-            log.warning("run %s: %s failed: %r", self.id, step, error, exc_info=error)
+            raw_failure("run %s: %s failed: %r", self.id, step, error, exc=error)
         tail = self.process.stderr_tail if self.process is not None else b""
         if tail and isinstance(error, DshTransportClosed):
-            log.info(
+            raw_failure(
                 "run %s: the DSH SDK runtime's stderr tail:\n%s",
                 self.id,
                 tail.decode("utf-8", "replace"),

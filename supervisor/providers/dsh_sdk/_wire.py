@@ -69,6 +69,7 @@ __all__ = [
 ]
 
 _log = logging.getLogger("supervisor")
+_child_log = logging.getLogger("supervisor.child")  # child-controlled text: DEBUG only
 
 SERVER_NAME: Final = "deepseek-harness-sdk-runtime"
 """The ``serverInfo.name`` a DSH SDK runtime reports from ``initialize``."""
@@ -632,7 +633,7 @@ def _is_id(value: object) -> bool:
 
 
 def _ignored(why: str, raw: object) -> None:
-    _log.debug("DSH SDK wire: ignored a frame (%s): %.*r", why, _LOGGED_FRAME_CHARS, raw)
+    _child_log.debug("DSH SDK wire: ignored a frame (%s): %.*r", why, _LOGGED_FRAME_CHARS, raw)
 
 
 # --------------------------------------------------------------------------- client
@@ -778,7 +779,7 @@ class DshClient:
             return
         self._failure = error
         if not isinstance(error, DshTransportClosed) or error.reason != "stopped":
-            _log.debug("DSH SDK wire: client failed: %s", error, exc_info=error.__cause__)
+            _child_log.debug("DSH SDK wire: client failed: %s", error, exc_info=error.__cause__)
         for pending in self._pending.values():
             pending.settle(error=error.again())
         for subscription in self._subscriptions:
@@ -954,7 +955,7 @@ class DshClient:
         if result is None:
             raise DshProtocolError("initialize returned no server identity")
         if result.serverInfo.name != self._server_name:
-            _log.debug(
+            _child_log.debug(
                 "DSH SDK wire: unexpected server identity %.*r", _LOGGED_FRAME_CHARS, result.serverInfo.name
             )
             raise DshProtocolError("initialize answered with an unexpected server identity")
