@@ -10,13 +10,18 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``)."""
+    """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``).
+
+    ``machine`` names the chart it belongs to: ``lifecycle`` (the provider's run) or
+    ``ladder`` (the teardown ladder).
+    """
 
     run_id: str
     event: str
     source: str
     target: str
     t: float
+    machine: str = "lifecycle"
 
 
 TransitionSink = Callable[[Transition], None]
@@ -48,20 +53,23 @@ class AuditTrail:
     def entries(self) -> tuple[Transition, ...]:
         return tuple(self._entries)
 
-    def after_transition(self, event: Any, source: Any, target: Any) -> None:
-        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock())
+    def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
+        kind = str(getattr(machine, "AUDIT_MACHINE", "lifecycle"))
+        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock(), kind)
         self._entries.append(entry)
         if self._sink is not None:
             self._sink(entry)
 
+    def as_dict(self, entry: Transition) -> dict[str, str | float]:
+        """One entry as ``{event, source, target, t, machine}``, ``t`` relative to the run's start."""
+        return {
+            "event": entry.event,
+            "source": entry.source,
+            "target": entry.target,
+            "t": round(entry.t - self.started_at, 6),
+            "machine": entry.machine,
+        }
+
     def as_dicts(self) -> list[dict[str, str | float]]:
-        """The trail as ``{event, source, target, t}`` with ``t`` relative to the run's start."""
-        return [
-            {
-                "event": e.event,
-                "source": e.source,
-                "target": e.target,
-                "t": round(e.t - self.started_at, 6),
-            }
-            for e in self._entries
-        ]
+        """The whole trail, as :meth:`as_dict` entries."""
+        return [self.as_dict(e) for e in self._entries]

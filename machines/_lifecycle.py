@@ -60,6 +60,7 @@ class Lifecycle(StateChart["Lifecycle"]):
 
     STAGES: ClassVar[tuple[str, ...]] = ()
     TABLE: ClassVar[tuple[Row, ...]] = ()
+    AUDIT_MACHINE: ClassVar[str] = "lifecycle"  # how its audit entries name it
 
     def __init__(self, *, listeners: list[Any] | None = None) -> None:
         self._tracker = _StageTracker(self.STAGES)

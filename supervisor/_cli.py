@@ -3,17 +3,21 @@
 Exit status: 0 completed; 1 any other result or a failed start; 2 a usage or
 configuration error found before anything spawned; 130 local cancellation (Ctrl-C or
 ``--timeout``); 143 SIGTERM.
+
+Nothing the child controls is printed except the run's answer (stdout); ``--verbose``
+adds the child's stderr and the host log (``supervisor``, ``supervisor.child``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,16 +27,41 @@ import anyio
 from machines import Transition
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import ConfigError, Entry, load_file
+from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
 from supervisor._registry import Registry
 from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor.process import CwdError, check_directory
+from supervisor.process import CwdError, SpawnFailed, check_directory
 from supervisor.providers import KINDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 PROG = "subagents"
+
+RUN_EPILOG = """\
+-- COMMAND ARGS...
+  everything after `--` is the child to supervise (an ACP agent, or the DSH runtime
+  of a dsh-sdk entry), run verbatim with no shell, e.g.
+  subagents run "fix the failing test" -- npx @zed-industries/codex-acp
+  Without --config and without a command: the built-in example ACP agent.
+
+exit status:
+  0    the run completed
+  1    any other result, or the start failed
+  2    a usage or configuration error (nothing was started)
+  130  local cancellation (Ctrl-C or --timeout)
+  143  SIGTERM
+"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("subagent-supervisor")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,9 +71,15 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run one task in a supervised child agent")
+    run = commands.add_parser(
+        "run",
+        help="run one task in a supervised child agent",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--provider", metavar="NAME", help="the config entry to use (default: the first)")
     run.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     run.add_argument("--cwd", metavar="DIR", help="the child's working directory (default: here)")
@@ -54,12 +89,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
+    run.add_argument(
+        "--start-timeout",
+        metavar="SECONDS",
+        type=float,
+        help="fail the start if the child is not ready within SECONDS (default: the entry's, 60)",
+    )
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
+    run.usage = run.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
 
-    diagrams = commands.add_parser("diagrams", help="regenerate (or check) the lifecycle diagrams")
-    diagrams.add_argument("--check", action="store_true", help="fail if a committed diagram is stale")
-    diagrams.add_argument("--out", metavar="DIR", type=Path, help="where the diagrams live")
-    diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
+    diagrams = commands.add_parser(
+        "diagrams", help="print the lifecycle diagrams as Mermaid (or write, check, render them)"
+    )
+    where = diagrams.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR", type=Path, help="write one Markdown file per module into DIR")
+    where.add_argument("--check", metavar="DIR", type=Path, help="fail if the diagrams in DIR are stale")
+    diagrams.add_argument("--svg", metavar="DIR", type=Path, help="render SVGs into DIR (needs graphviz)")
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
     return parser
@@ -80,10 +125,14 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
     task = sys.stdin.read() if args.task == "-" else args.task
     if not task.strip():
         raise ConfigError("the task is blank")
-    if args.timeout is not None and not args.timeout > 0:
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
         raise ConfigError("--timeout must be a positive number of seconds")
     parent_cwd = Path.cwd()
     overrides: dict[str, Any] = {}
+    if args.start_timeout is not None:
+        if not 0 < args.start_timeout * 1000 <= MAX_TIMER_MS:
+            raise ConfigError("--start-timeout must be a positive number of seconds")
+        overrides["start_timeout_ms"] = args.start_timeout * 1000
     if args.cwd is not None:
         try:
             overrides["cwd"] = check_directory(Path(os.path.abspath(args.cwd)), "--cwd")
@@ -133,6 +182,7 @@ class _Interruption:
     cause: str | None = None  # "SIGINT", "SIGTERM", "timeout"
     count: int = 0
     runs: list[ProviderRun] = field(default_factory=list)
+    say: Callable[[str], None] = lambda line: None
 
     @property
     def exit_status(self) -> int:
@@ -169,6 +219,14 @@ class _Progress:
             self._stream.write("\r\033[K")
             self._stream.flush()
 
+    def say(self, line: str) -> None:
+        """One line of its own (the live line, if any, is redrawn after it)."""
+        if self._enabled and self._tty and self._shown is not None:
+            self._stream.write(f"\r\033[K{line}\n{PROG}: {self._shown}")
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+
 
 async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     config = plan.entry.build(plan.overrides)
@@ -180,12 +238,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
 
     def on_transition(entry: Transition) -> None:
         if args.trace:
-            record = {
-                "run_id": entry.run_id,
-                "event": entry.event,
-                "source": entry.source,
-                "target": entry.target,
-            }
+            record = {"run_id": entry.run_id, **run.audit.as_dict(entry)}
             sys.stderr.write(json.dumps(record) + "\n")
             sys.stderr.flush()
         progress.transition(entry)
@@ -193,7 +246,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     run = provider.create_run(request, trace=on_transition)
     progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.machine.STAGES)
     abort = AbortSignal()
-    interruption = _Interruption(runs=[run])
+    interruption = _Interruption(runs=[run], say=progress.say)
     result: SubagentResult | None = None
     start_error: SubagentError | None = None
     teardown_error: TeardownFailed | None = None
@@ -222,6 +275,7 @@ async def _watch_signals(abort: AbortSignal, interruption: _Interruption) -> Non
             interruption.count += 1
             if interruption.cause is None:
                 interruption.cause = signal.Signals(signum).name
+                interruption.say(f"{PROG}: cancelled; stopping the child (Ctrl-C again to kill it now)")
                 abort.abort()
             elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces
                 for run in interruption.runs:
@@ -232,6 +286,7 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
     await anyio.sleep(seconds)
     if interruption.cause is None:
         interruption.cause = "timeout"
+        interruption.say(f"{PROG}: timed out after {seconds:g} s; stopping the child (Ctrl-C to kill it now)")
         abort.abort()
 
 
@@ -260,6 +315,9 @@ def _report(
             status = EXIT_FAILED
     if teardown_error is not None:
         status = EXIT_FAILED if status == EXIT_OK else status
+    spawn_failure = _spawn_failure(start_error)
+    if spawn_failure is not None:
+        sys.stderr.write(f"{PROG}: {spawn_failure}\n")
     exit_facts = run.exit_facts
     if args.json:
         document = {
@@ -282,7 +340,9 @@ def _report(
         return status
     if result is not None and result.output:
         sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
-    if start_error is not None:
+    if isinstance(start_error, StartAborted):  # the cancellation line said why
+        sys.stderr.write(f"{PROG}: {headline(StopReason.ABORTED)}\n")
+    elif start_error is not None:
         sys.stderr.write(f"{PROG}: {start_error}\n")
     elif result is not None and result.stop_reason != StopReason.COMPLETED:
         sys.stderr.write(f"{PROG}: {headline(result.stop_reason)}\n")
@@ -293,29 +353,57 @@ def _report(
     return status
 
 
+_SPAWN_REASONS = {
+    errno.ENOENT: "not found",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+def _spawn_failure(error: BaseException | None) -> str | None:
+    """``could not start '<command>': <reason>`` when the start failed because the program
+    could not be executed (the OS error is on the cause chain), else None."""
+    cause = error
+    while cause is not None and not isinstance(cause, SpawnFailed):
+        cause = cause.__cause__
+    if cause is None or not isinstance(cause.__cause__, OSError):
+        return None
+    os_error = cause.__cause__
+    command = os.fsdecode(os_error.filename) if os_error.filename is not None else "?"
+    reason = _SPAWN_REASONS.get(os_error.errno or 0, "not an executable file")
+    if reason == "permission denied" and os.path.isdir(command):
+        reason = "not an executable file"
+    return f"could not start '{command}': {reason}"
+
+
 # -- other commands -----------------------------------------------------------------------
 
 
 def _diagrams(args: argparse.Namespace) -> int:
     from supervisor import _diagrams
 
-    out = args.out or _diagrams.DEFAULT_DIR
-    if args.check:
-        stale = _diagrams.stale(out)
+    if args.svg is not None:  # checked first: without graphviz nothing at all is written
+        missing = _diagrams.svg_missing()
+        if missing is not None:
+            sys.stderr.write(f"{PROG}: {missing}\n")
+            return EXIT_FAILED
+    if args.check is not None:
+        stale = _diagrams.stale(args.check)
         if stale:
-            sys.stderr.write(f"{PROG}: stale diagrams in {out}: {', '.join(stale)} (run `{PROG} diagrams`)\n")
+            sys.stderr.write(
+                f"{PROG}: stale diagrams in {args.check}: {', '.join(stale)} "
+                f"(run `{PROG} diagrams --out {args.check}`)\n"
+            )
             return EXIT_FAILED
-        print(f"diagrams in {out} are current")
-        return EXIT_OK
-    for path in _diagrams.write(out):
-        print(path)
+        print(f"diagrams in {args.check} are current")
+    elif args.out is not None:
+        for path in _diagrams.write(args.out):
+            print(path)
+    elif args.svg is None:
+        sys.stdout.write("\n".join(_diagrams.render().values()))
     if args.svg is not None:
-        try:
-            for path in _diagrams.write_svg(args.svg):
-                print(path)
-        except (RuntimeError, ImportError) as exc:
-            sys.stderr.write(f"{PROG}: {exc}\n")
-            return EXIT_FAILED
+        for path in _diagrams.write_svg(args.svg):
+            print(path)
     return EXIT_OK
 
 
