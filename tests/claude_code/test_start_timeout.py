@@ -17,5 +17,7 @@ async def test_a_hung_initialize_overruns_the_start_deadline(fake_cli: FakeCli) 
     with pytest.raises(StartFailed) as info:
         async with registry.run("claude-code", request):
             pytest.fail("a start that never finished was published")
-    assert str(info.value) == "Subagent failure (provider: Claude Code; stage: query-start; category: unknown)"
+    assert (
+        str(info.value) == "Subagent failure (provider: Claude Code; stage: query-start; category: unknown)"
+    )
     assert info.value.quiescent is True
