@@ -106,7 +106,7 @@ def test_verbose_shows_the_child_text(tmp_path: Path) -> None:
     knobs = HOSTILE["unknown notification method"]
     proc = subagents("run", "--verbose", *child_env(knobs), "hi", "--", *ACP_CHILD, cwd=tmp_path)
     assert proc.returncode == 0
-    assert f"ACP SDK: Unhandled error while handling notification method={SECRET}" in proc.stderr
+    assert f"SDK: Unhandled error while handling notification method={SECRET}" in proc.stderr
 
 
 def test_unknown_method_fails_nothing(tmp_path: Path) -> None:
@@ -191,11 +191,12 @@ def test_the_sdk_keeps_its_own_logging_outside_a_run() -> None:
     """The stand-in routes only our connections' records; other users of the SDK are untouched."""
     import acp.connection
 
-    from supervisor.providers.acp import _sdk_logging
+    from supervisor import _sdk_logging
+    from supervisor.providers.acp._run import ACP_SDK_MODULES
 
-    _sdk_logging.install()
+    _sdk_logging.install(ACP_SDK_MODULES, "logging")
     stand_in = vars(acp.connection)["logging"]
-    assert stand_in is not logging
+    assert isinstance(stand_in, _sdk_logging.RoutedLogging)
     seen: list[logging.LogRecord] = []
 
     class Keep(logging.Handler):

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from supervisor.providers.acp._transport import StdioTransport
 
 CLIENT_NAME = "subagent-supervisor"
+# The SDK's modules that log through the root logger with module-level ``logging`` calls.
+ACP_SDK_MODULES = ("acp.connection", "acp._transport", "acp.task.sender", "acp.task.supervisor", "acp.stdio")
 CLOSE_TIMEOUT = 1.0
 
 # ACP stop reason -> (shared stop reason, failure line facts or None)
@@ -62,7 +64,7 @@ class AcpRun(ProviderRun):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
         acp = await _import_acp()
-        from supervisor.providers.acp import _sdk_logging
+        from supervisor import _sdk_logging
         from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
         from supervisor.providers.acp._transport import StdioTransport
 
@@ -237,9 +239,9 @@ async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(importlib.import_module, "acp")
-    from supervisor.providers.acp import _sdk_logging
+    from supervisor import _sdk_logging
 
-    _sdk_logging.install()
+    _sdk_logging.install(ACP_SDK_MODULES, "logging")
     return importlib.import_module("acp")
 
 

@@ -29,6 +29,7 @@ from claude_agent_sdk import (
 )
 
 from machines.claude_code import ClaudeCodeLifecycle
+from supervisor import _sdk_logging
 from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, StepFailed
@@ -40,6 +41,12 @@ from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
 
 log = logging.getLogger("supervisor")
+# claude-agent-sdk modules whose ``logger`` may quote the CLI's frames (parse failures at ERROR).
+CLAUDE_SDK_MODULES = (
+    "claude_agent_sdk._internal.query",
+    "claude_agent_sdk._internal.message_parser",
+    "claude_agent_sdk._internal.transport.subprocess_cli",
+)
 
 T = TypeVar("T")
 
@@ -119,11 +126,14 @@ class ClaudeCodeRun(ProviderRun):
             max_frame_bytes=config.max_frame_bytes,
             on_spawned=self._spawned,
             on_decided=self._decided,
+            max_inflight_requests=config.max_inflight_requests,
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
+        _sdk_logging.install(CLAUDE_SDK_MODULES, "logger")
         try:
             # A CLI whose stdout ended can never answer ``initialize``: as good as exited.
-            outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
+            with _sdk_logging.routed():  # the SDK's tasks for this client log to supervisor.child
+                outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
         except Exception as exc:
@@ -159,7 +169,8 @@ class ClaudeCodeRun(ProviderRun):
 
     async def _drive(self) -> SubagentResult:
         try:
-            outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
+            with _sdk_logging.routed():
+                outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
         except Exception as exc:
             log.warning("run %s: the Claude Code conversation failed", self.id)
             raw_failure("run %s: the raw conversation failure", self.id, exc=exc)

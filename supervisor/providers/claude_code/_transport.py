@@ -58,8 +58,13 @@ class SupervisedTransport(Transport):
         max_frame_bytes: int,
         on_spawned: Callable[[ManagedProcess], None],
         on_decided: Decided,
+        max_inflight_requests: int = 64,
     ) -> None:
         self._spec = spec
+        # Control requests handed to the SDK and not answered yet: the SDK handles each in
+        # a task of its own, so a CLI flooding them without reading fails the stream.
+        self._max_inflight = max_inflight_requests
+        self._unanswered = 0
         self._task_group = task_group
         self._max_frame_bytes = max_frame_bytes
         self._on_spawned = on_spawned
@@ -94,6 +99,15 @@ class SupervisedTransport(Transport):
         self.spawned.set()
 
     async def write(self, data: str) -> None:
+        await self._write(data)
+        if self._unanswered > 0 and '"control_response"' in data:
+            try:
+                answered = json.loads(data).get("type") == "control_response"
+            except (ValueError, AttributeError):
+                answered = False
+            self._unanswered -= answered
+
+    async def _write(self, data: str) -> None:
         async with self._write_lock:
             process = self._process
             if not self._ready or process is None:
@@ -176,6 +190,14 @@ class SupervisedTransport(Transport):
                     return
                 if message is None or await self._answered_here(message):
                     continue
+                if message.get("type") == "control_request":
+                    self._unanswered += 1
+                    if self._unanswered > self._max_inflight:
+                        log.warning("Claude Code CLI %d: too many unanswered control requests", process.pid)
+                        self.stream_failure = StreamFailure(
+                            "the Claude Code CLI left too many control requests unanswered"
+                        )
+                        return
                 if not self._closed:
                     # The SDK may have stopped listening: keep draining regardless.
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -205,7 +227,7 @@ class SupervisedTransport(Transport):
             "response": {"subtype": "success", "request_id": request_id, "response": response},
         }
         try:
-            await self.write(json.dumps(frame) + "\n")
+            await self._write(json.dumps(frame) + "\n")
         except CLIConnectionError as exc:
             log.debug("could not answer a Claude Code control request", exc_info=exc)
 

@@ -112,7 +112,10 @@ class DshSdkRun(ProviderRun):
         # cannot be started is a closed transport.
         process = await self.spawn_child(spec, failed_as="transport")
         client = DshClient.from_asyncio_streams(
-            process.stdout, process.stdin, max_frame_bytes=config.max_frame_bytes
+            process.stdout,
+            process.stdin,
+            max_frame_bytes=config.max_frame_bytes,
+            max_inflight_requests=config.max_inflight_requests,
         )
         self._client = client
         await self.task_group.start(client.serve)

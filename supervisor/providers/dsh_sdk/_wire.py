@@ -75,6 +75,7 @@ SERVER_NAME: Final = "deepseek-harness-sdk-runtime"
 """The ``serverInfo.name`` a DSH SDK runtime reports from ``initialize``."""
 
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT_REQUESTS: Final = 64
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 _METHOD_NOT_FOUND: Final = -32601
 _LOGGED_FRAME_CHARS: Final = 200
@@ -660,6 +661,7 @@ class DshClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_buffered_bytes: int | None = None,
         server_name: str = SERVER_NAME,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
@@ -680,6 +682,10 @@ class DshClient:
         self._answers: TaskGroup | None = None
         self._own_group: TaskGroup | None = None
         self._shutdown: _ShutdownState | None = None
+        # Runtime-to-client requests whose answer is not written yet: each costs a task,
+        # so a runtime that floods requests without reading fails the client instead.
+        self._max_inflight = max_inflight_requests
+        self._unanswered = 0
 
     @classmethod
     def from_asyncio_streams(
@@ -689,12 +695,14 @@ class DshClient:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_buffered_bytes: int | None = None,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> DshClient:
         return cls(
             AsyncioLineReader(stdout, max_frame_bytes=max_frame_bytes),
             AsyncioLineWriter(stdin),
             max_frame_bytes=max_frame_bytes,
             max_buffered_bytes=max_buffered_bytes,
+            max_inflight_requests=max_inflight_requests,
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -773,6 +781,8 @@ class DshClient:
                 self._fail(DshProtocolError("a frame from the DSH SDK runtime exceeds max_frame_bytes"))
                 return
             self._dispatch(line)
+            if self._failure is not None:
+                return
 
     def _fail(self, error: DshError) -> None:
         if self._failure is not None:
@@ -822,14 +832,21 @@ class DshClient:
             _ignored("neither request, response nor notification", stripped)
 
     def _answer_unknown_request(self, request_id: object) -> None:
+        self._unanswered += 1
+        if self._unanswered > self._max_inflight:
+            self._fail(DshProtocolError("the DSH SDK runtime left too many requests unanswered"))
+            return
         error = {"code": _METHOD_NOT_FOUND, "message": "method not found"}
         frame = {"jsonrpc": "2.0", "id": request_id, "error": error}
         if self._answers is not None and self._failure is None and not self._input_closed:
             self._answers.start_soon(self._send_quietly, _encode(frame))
 
     async def _send_quietly(self, data: bytes) -> None:
-        with suppress(DshError):
-            await self._send(data)
+        try:
+            with suppress(DshError):
+                await self._send(data)
+        finally:
+            self._unanswered -= 1
 
     def _settle_response(self, request_id: str | None, frame: dict[str, Any]) -> None:
         pending = self._pending.get(request_id) if request_id is not None else None
