@@ -396,3 +396,16 @@ def test_a_request_flood_at_startup_fails_as_protocol(tmp_path: Path) -> None:
     proc = subagents("run", "--json", "--config", str(config), "t", cwd=tmp_path)
     assert proc.returncode == 1
     assert as_json(proc)["diagnostic"] == failure("initialize", "protocol")
+
+
+def test_a_dsh_runtime_request_flood_fails_as_protocol(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        f'[[provider]]\nkind = "dsh-sdk"\ncommand = {json.dumps(PYTHON)}\n'
+        f"args = {toml_list([str(CHILDREN / 'fake_dsh_runtime.py')])}\n"
+        'env = { FAKE_DSH_FLOOD_AT = "prompt" }\n',
+    )
+    proc = subagents("run", "--json", "--config", str(config), "t", cwd=tmp_path)
+    assert proc.returncode == 1
+    doc = as_json(proc)
+    assert (doc["diagnostic"], doc["quiescent"]) == (failure("session-run", "protocol", "DSH SDK"), True)
