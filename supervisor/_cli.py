@@ -30,11 +30,11 @@ from supervisor._cli_config import ConfigError, Entry, load_file
 from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
+from supervisor._handle import Run
+from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
-from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import CwdError, SpawnFailed, check_directory
-from supervisor.providers import KINDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 PROG = "subagents"
@@ -181,7 +181,7 @@ class _Interruption:
 
     cause: str | None = None  # "SIGINT", "SIGTERM", "timeout"
     count: int = 0
-    runs: list[ProviderRun] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
     say: Callable[[str], None] = lambda line: None
 
     @property
@@ -244,7 +244,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
         progress.transition(entry)
 
     run = provider.create_run(request, trace=on_transition)
-    progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.machine.STAGES)
+    progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.vocabulary.stages)
     abort = AbortSignal()
     interruption = _Interruption(runs=[run], say=progress.say)
     result: SubagentResult | None = None
@@ -293,7 +293,7 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
 def _report(
     plan: _Plan,
     args: argparse.Namespace,
-    run: ProviderRun,
+    run: Run,
     result: SubagentResult | None,
     start_error: SubagentError | None,
     teardown_error: TeardownFailed | None,
@@ -328,7 +328,7 @@ def _report(
             "stop_reason": None if result is None else result.stop_reason,
             "output": "" if result is None else result.output,
             "diagnostic": diagnostic,
-            "stages": list(run.machine.stages_entered),
+            "stages": list(run.stages_entered),
             "exit_code": None if exit_facts is None else exit_facts.exit_code,
             "signal": None if exit_facts is None else exit_facts.signal,
             "quiescent": bool(run.quiescent),
@@ -407,12 +407,29 @@ def _diagrams(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_CAPABILITIES = (
+    ("output_schema", "outputSchema"),
+    ("depth_limit", "depthLimit"),
+    ("tool_filter", "toolFilter"),
+    ("persona", "persona"),
+    ("agent_options", "agentOptions"),
+)
+
+
+def _capabilities_text(capabilities: Any) -> str:
+    have = [spelled for field, spelled in _CAPABILITIES if getattr(capabilities, field)]
+    lacking = [spelled for field, spelled in _CAPABILITIES if not getattr(capabilities, field)]
+    if not have:
+        return f"none ({', '.join(lacking[:-1])} and {lacking[-1]} are rejected)"
+    return ", ".join(have)
+
+
 def _providers() -> int:
-    capabilities = "none (outputSchema, depthLimit, toolFilter, persona and agentOptions are rejected)"
-    for kind in KINDS.values():
-        extra = f"; needs the `{kind.extra}` extra" if kind.extra else ""
-        print(f"{kind.kind:<12} {kind.label} child{extra}")
-        print(f"{'':<12} capabilities: {capabilities}")
+    for name, installed in installed_kinds().items():
+        kind = installed.load()
+        extra = f"; needs the `{installed.extra}` extra" if installed.extra else ""
+        print(f"{name:<12} {kind.vocabulary.label} child{extra}")
+        print(f"{'':<12} capabilities: {_capabilities_text(kind.capabilities)}")
     return EXIT_OK
 
 

@@ -23,11 +23,11 @@ from supervisor.process import (
     StderrMode,
     resolve_configured_cwd,
 )
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
 
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 DEFAULT_START_TIMEOUT_MS = 60_000
-DEFAULT_MAX_INFLIGHT_REQUESTS = 64
 
 
 def resolve_executable(value: Any, info: ValidationInfo, what: str) -> Path | None:

@@ -113,7 +113,7 @@ def test_start_timeout_ms_config_key(tmp_path: Path) -> None:
     ids=["dsh-sdk", "codex"],
 )
 def test_start_timeout_on_the_other_kinds(tmp_path: Path, kind: str, keys: str, expected: str) -> None:
-    from tests.codex.helpers import standin_binary
+    from tests.support.codex import standin_binary
 
     standin_binary(tmp_path)
     config = write_config(tmp_path, f'[[provider]]\nkind = "{kind}"\n{keys}start_timeout_ms = 500\n')

@@ -64,3 +64,8 @@ def test_the_embedding_example_handles_a_failed_start(tmp_path: Path) -> None:
         "could not start the subagent: "
         "Subagent failure (provider: ACP; stage: initialize; category: transport)\n"
     )
+
+
+def test_readme_shows_the_complete_third_party_provider() -> None:
+    module = (ROOT / "tests" / "plugin_provider" / "echo_provider" / "__init__.py").read_text()
+    assert f"```python\n{module.rstrip()}\n```" in README

@@ -27,6 +27,7 @@ import anyio
 
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
+from supervisor.wire import InboundRequests
 
 
 class WireFault(enum.Enum):
@@ -57,16 +58,15 @@ class StdioTransport:
     ) -> None:
         self._lines = LineReader(reader, max_frame_bytes)
         self._writer = writer
-        self._max_inflight = max_inflight
+        self._inbound = InboundRequests(max_inflight)
         self._write_lock = anyio.Lock()
-        self._unanswered = 0
         self._ended = False
         self.fault: WireFault | None = None
 
     @property
     def unanswered(self) -> int:
         """Child-to-client requests received and not yet answered."""
-        return self._unanswered
+        return self._inbound.open
 
     async def send(self, message: dict[str, Any]) -> None:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
@@ -75,8 +75,8 @@ class StdioTransport:
                 raise ConnectionResetError("the child's stdin is closed")
             self._writer.write(data)
             await self._writer.drain()
-        if "method" not in message and self._unanswered > 0:  # our answer to a child's request
-            self._unanswered -= 1
+        if "method" not in message:  # our answer to a child's request
+            self._inbound.answered()
 
     async def receive(self) -> dict[str, Any] | None:
         while not self._ended:
@@ -100,11 +100,9 @@ class StdioTransport:
                 raw_failure("ACP child: not a JSON-RPC message: %.200r", message)
                 self._end(WireFault.NOT_JSON_RPC)
                 break
-            if "method" in message and "id" in message:
-                self._unanswered += 1
-                if self._unanswered > self._max_inflight:
-                    self._end(WireFault.TOO_MANY_REQUESTS)
-                    break
+            if "method" in message and "id" in message and not self._inbound.admit():
+                self._end(WireFault.TOO_MANY_REQUESTS)
+                break
             return dict(message)
         return None
 

@@ -29,6 +29,7 @@ from claude_agent_sdk import CLIConnectionError, Transport
 
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests
 
 log = logging.getLogger("supervisor")
 
@@ -58,13 +59,12 @@ class SupervisedTransport(Transport):
         max_frame_bytes: int,
         on_spawned: Callable[[ManagedProcess], None],
         on_decided: Decided,
-        max_inflight_requests: int = 64,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> None:
         self._spec = spec
         # Control requests handed to the SDK and not answered yet: the SDK handles each in
         # a task of its own, so a CLI flooding them without reading fails the stream.
-        self._max_inflight = max_inflight_requests
-        self._unanswered = 0
+        self._inbound = InboundRequests(max_inflight_requests)
         self._task_group = task_group
         self._max_frame_bytes = max_frame_bytes
         self._on_spawned = on_spawned
@@ -100,12 +100,13 @@ class SupervisedTransport(Transport):
 
     async def write(self, data: str) -> None:
         await self._write(data)
-        if self._unanswered > 0 and '"control_response"' in data:
+        if self._inbound.open > 0 and '"control_response"' in data:
             try:
                 answered = json.loads(data).get("type") == "control_response"
             except (ValueError, AttributeError):
                 answered = False
-            self._unanswered -= answered
+            if answered:
+                self._inbound.answered()
 
     async def _write(self, data: str) -> None:
         async with self._write_lock:
@@ -190,14 +191,12 @@ class SupervisedTransport(Transport):
                     return
                 if message is None or await self._answered_here(message):
                     continue
-                if message.get("type") == "control_request":
-                    self._unanswered += 1
-                    if self._unanswered > self._max_inflight:
-                        log.warning("Claude Code CLI %d: too many unanswered control requests", process.pid)
-                        self.stream_failure = StreamFailure(
-                            "the Claude Code CLI left too many control requests unanswered"
-                        )
-                        return
+                if message.get("type") == "control_request" and not self._inbound.admit():
+                    log.warning("Claude Code CLI %d: too many unanswered control requests", process.pid)
+                    self.stream_failure = StreamFailure(
+                        "the Claude Code CLI left too many control requests unanswered"
+                    )
+                    return
                 if not self._closed:
                     # The SDK may have stopped listening: keep draining regardless.
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
