@@ -26,7 +26,7 @@ import anyio
 
 from machines import Transition
 from supervisor._abort import AbortSignal
-from supervisor._cli_config import ConfigError, Entry, load_file
+from supervisor._cli_config import EXAMPLE_KIND, ConfigError, Entry, load_file
 from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
@@ -41,10 +41,10 @@ PROG = "subagents"
 
 RUN_EPILOG = """\
 -- COMMAND ARGS...
-  everything after `--` is the child to supervise (an ACP agent, or the DSH runtime
-  of a dsh-sdk entry), run verbatim with no shell, e.g.
+  everything after `--` is the child to supervise, for an entry whose kind runs a
+  command (its `command` and `args` keys), run verbatim with no shell, e.g.
   subagents run "fix the failing test" -- npx @zed-industries/codex-acp
-  Without --config and without a command: the built-in example ACP agent.
+  Without --config and without a command: the built-in example agent.
 
 exit status:
   0    the run completed
@@ -83,7 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--provider", metavar="NAME", help="the config entry to use (default: the first)")
     run.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     run.add_argument("--cwd", metavar="DIR", help="the child's working directory (default: here)")
-    run.add_argument("--permission", choices=("reject", "allow"), help="acp: answer permission requests")
+    run.add_argument(
+        "--permission",
+        choices=("reject", "allow"),
+        help="how to answer permission requests (entries with a permission key)",
+    )
     run.add_argument("--env", metavar="K=V", action="append", default=[], help="extra child environment")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
@@ -149,19 +153,16 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
                 raise ConfigError(f"{args.config}: no provider named {args.provider!r} (have: {names})")
             entry = matches[0]
     else:
-        if args.provider not in (None, "acp"):
-            raise ConfigError("--provider needs --config (without it the provider is acp)")
-        from supervisor.providers.acp import EXAMPLE_AGENT
-
-        keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
-        entry = Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=parent_cwd)
+        if args.provider not in (None, EXAMPLE_KIND):
+            raise ConfigError(f"--provider needs --config (without it the provider is {EXAMPLE_KIND})")
+        entry = Entry.example(parent_cwd)
     if command:
-        if entry.kind not in ("acp", "dsh-sdk"):
-            raise ConfigError(f"-- COMMAND applies to acp and dsh-sdk entries, not {entry.kind}")
+        if not entry.runs_a_command:
+            raise ConfigError(f"-- COMMAND applies to entries that run a command, not {entry.kind}")
         overrides.update(command=command[0], args=command[1:])
     if args.permission is not None:
-        if entry.kind != "acp":
-            raise ConfigError(f"--permission applies to acp entries, not {entry.kind}")
+        if not entry.has_key("permission"):
+            raise ConfigError(f"--permission applies to entries with a permission key, not {entry.kind}")
         overrides["permission"] = args.permission
     if args.env:
         env = dict(entry.keys.get("env") or {})

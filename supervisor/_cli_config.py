@@ -14,12 +14,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from supervisor._config import ProviderConfig
+from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
 from supervisor._kinds import installed_kinds, kind
 from supervisor._registry import Provider
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+EXAMPLE_KIND = "acp"
+"""The kind whose built-in example agent ``subagents run`` uses without ``--config`` and
+without a command (the kind's ``example``)."""
 
 
 class ConfigError(Exception):
@@ -47,6 +51,23 @@ class Entry:
         except ValidationError as exc:
             raise ConfigError(_describe(self.where, exc)) from None
         return config
+
+    @property
+    def runs_a_command(self) -> bool:
+        """Whether the kind's child is a configured ``command`` and ``args`` (``-- COMMAND``)."""
+        return issubclass(kind(self.kind).config, CommandConfig)
+
+    def has_key(self, key: str) -> bool:
+        """Whether the kind's config accepts ``key``."""
+        return key in kind(self.kind).config.model_fields
+
+    @classmethod
+    def example(cls, base_dir: Path) -> Entry:
+        """The :data:`EXAMPLE_KIND` entry that runs the kind's built-in example agent."""
+        make = kind(EXAMPLE_KIND).example
+        assert make is not None, f"the {EXAMPLE_KIND} kind ships no example agent"
+        keys = make().model_dump(exclude_unset=True)
+        return cls(kind=EXAMPLE_KIND, name=EXAMPLE_KIND, keys=keys, where="command line", base_dir=base_dir)
 
     def provider(self, config: ProviderConfig) -> Provider:
         try:

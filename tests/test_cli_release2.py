@@ -409,3 +409,59 @@ def test_a_dsh_runtime_request_flood_fails_as_protocol(tmp_path: Path) -> None:
     assert proc.returncode == 1
     doc = as_json(proc)
     assert (doc["diagnostic"], doc["quiescent"]) == (failure("session-run", "protocol", "DSH SDK"), True)
+
+
+# -- flags that apply by what the entry's kind declares ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "flags", "message"),
+    [
+        (
+            'kind = "codex"\n',
+            ("--", PYTHON),
+            "-- COMMAND applies to entries that run a command, not codex",
+        ),
+        (
+            'kind = "claude-code"\n',
+            ("--", PYTHON),
+            "-- COMMAND applies to entries that run a command, not claude-code",
+        ),
+        (
+            'kind = "dsh-sdk"\ncommand = "dsh-runtime"\n',
+            ("--permission", "allow"),
+            "--permission applies to entries with a permission key, not dsh-sdk",
+        ),
+        (
+            'kind = "codex"\n',
+            ("--permission", "reject"),
+            "--permission applies to entries with a permission key, not codex",
+        ),
+    ],
+    ids=["command-codex", "command-claude-code", "permission-dsh-sdk", "permission-codex"],
+)
+def test_a_flag_the_kind_has_no_key_for_is_a_usage_error(
+    tmp_path: Path, entry: str, flags: tuple[str, ...], message: str
+) -> None:
+    config = write_config(tmp_path, f"[[provider]]\n{entry}")
+    permission, command = (list(flags), []) if flags[0] == "--permission" else ([], list(flags))
+    proc = subagents("run", "--config", str(config), *permission, "t", *command, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"subagents: {message}\n")
+
+
+def test_a_command_replaces_a_dsh_sdk_entrys_command(tmp_path: Path) -> None:
+    """``-- COMMAND`` applies to every kind whose config extends CommandConfig."""
+    config = write_config(tmp_path, '[[provider]]\nkind = "dsh-sdk"\ncommand = "no-such-dsh-runtime"\n')
+    runtime = [PYTHON, str(CHILDREN / "fake_dsh_runtime.py")]
+    proc = subagents("run", "--json", "--config", str(config), "t", "--", *runtime, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert as_json(proc)["stop_reason"] == "completed"
+
+
+def test_without_a_config_the_provider_is_the_example_kind(tmp_path: Path) -> None:
+    proc = subagents("run", "--provider", "codex", "t", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        2,
+        "",
+        "subagents: --provider needs --config (without it the provider is acp)\n",
+    )
