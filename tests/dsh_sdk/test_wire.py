@@ -398,6 +398,23 @@ async def test_a_frame_over_max_frame_bytes_fails_the_client_as_protocol(tmp_pat
 
 
 @pytest.mark.anyio
+async def test_a_runtime_flooding_requests_without_reading_fails_the_client_as_protocol(
+    tmp_path: Path,
+) -> None:
+    async with fake_runtime(tmp_path, FLOOD_AT="prompt") as fake:
+        with pytest.raises(DshProtocolError) as caught:
+            await one_turn(fake)
+        assert str(caught.value) == "the DSH SDK runtime left too many requests unanswered"
+        assert isinstance(fake.client.failure, DshProtocolError)
+        # The client stopped reading mid-flood, so asyncio paused the pipe: drain it to EOF,
+        # or ``Process.wait()`` (which waits for every pipe) would never return.
+        os.killpg(fake.proc.pid, signal.SIGKILL)
+        assert fake.proc.stdout is not None
+        while await fake.proc.stdout.read(1 << 16):
+            pass
+
+
+@pytest.mark.anyio
 async def test_eof_before_the_handshake_is_transport_closed(tmp_path: Path) -> None:
     async with fake_runtime(tmp_path, EXIT_BEFORE_INIT="3") as fake:
         with pytest.raises(DshTransportClosed) as caught:
