@@ -138,7 +138,7 @@ class ProviderConfig(BaseModel):
 
 
 class CommandConfig(ProviderConfig):
-    """Providers that run a configured command (acp, dsh-sdk)."""
+    """Kinds whose child is a configured command (the CLI's ``-- COMMAND ARGS...`` sets it)."""
 
     command: str
     args: list[str] = Field(default_factory=list)

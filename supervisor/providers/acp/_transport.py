@@ -63,11 +63,6 @@ class StdioTransport:
         self._ended = False
         self.fault: WireFault | None = None
 
-    @property
-    def unanswered(self) -> int:
-        """Child-to-client requests received and not yet answered."""
-        return self._inbound.open
-
     async def send(self, message: dict[str, Any]) -> None:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
         async with self._write_lock:
