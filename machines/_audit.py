@@ -12,8 +12,8 @@ from typing import Any
 class Transition:
     """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``).
 
-    ``machine`` names the chart that moved (its class name, e.g. ``AcpLifecycle`` or
-    ``TeardownLadder``), since one trail records several machines.
+    ``machine`` names the chart it belongs to: ``lifecycle`` (the provider's run) or
+    ``ladder`` (the teardown ladder).
     """
 
     run_id: str
@@ -21,7 +21,7 @@ class Transition:
     source: str
     target: str
     t: float
-    machine: str = ""
+    machine: str = "lifecycle"
 
 
 TransitionSink = Callable[[Transition], None]
@@ -54,21 +54,22 @@ class AuditTrail:
         return tuple(self._entries)
 
     def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
-        entry = Transition(
-            self.run_id, str(event), source.name, target.name, self._clock(), type(machine).__name__
-        )
+        kind = str(getattr(machine, "AUDIT_MACHINE", "lifecycle"))
+        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock(), kind)
         self._entries.append(entry)
         if self._sink is not None:
             self._sink(entry)
 
+    def as_dict(self, entry: Transition) -> dict[str, str | float]:
+        """One entry as ``{event, source, target, t, machine}``, ``t`` relative to the run's start."""
+        return {
+            "event": entry.event,
+            "source": entry.source,
+            "target": entry.target,
+            "t": round(entry.t - self.started_at, 6),
+            "machine": entry.machine,
+        }
+
     def as_dicts(self) -> list[dict[str, str | float]]:
-        """The trail as ``{event, source, target, t}`` with ``t`` relative to the run's start."""
-        return [
-            {
-                "event": e.event,
-                "source": e.source,
-                "target": e.target,
-                "t": round(e.t - self.started_at, 6),
-            }
-            for e in self._entries
-        ]
+        """The whole trail, as :meth:`as_dict` entries."""
+        return [self.as_dict(e) for e in self._entries]

@@ -89,6 +89,7 @@ class Lifecycle(StateChart["Lifecycle"]):
     TABLE: ClassVar[tuple[Row, ...]] = ()
     EVENTS: ClassVar[type[enum.StrEnum]] = CommonEvent
     """The chart's own events (its table may also use :class:`CommonEvent`)."""
+    AUDIT_MACHINE: ClassVar[str] = "lifecycle"  # how its audit entries name it
 
     def __init__(self, *, listeners: list[Any] | None = None) -> None:
         self._tracker = _StageTracker(self.STAGES)

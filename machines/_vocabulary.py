@@ -88,12 +88,14 @@ class Vocabulary:
     """Extra closed fields, rendered in this order after the category."""
     decision: tuple[DecisionField, ...] = ()
     """The fields of this provider's permission line, in order (none: no such line)."""
+    start_timeout_category: str = "unknown"
+    """The category of a start that overran ``start_timeout_ms`` (in the stage it was in)."""
     _by_key: Mapping[str, LineField] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.label or not self.stages:
             raise ValueError("a vocabulary needs a label and at least one stage")
-        unknown = self.exit_categories - self.categories
+        unknown = (self.exit_categories | {self.start_timeout_category}) - self.categories
         if self.teardown_stage not in self.stages:
             unknown |= {self.teardown_stage}
         if unknown:

@@ -79,6 +79,7 @@ ACP_VOCABULARY = Vocabulary(
         DecisionField("request", ACP_TOOL_KINDS, fallback="unknown"),
         DecisionField("decision", frozenset({"allowed", "denied"})),
     ),
+    start_timeout_category="transport",
 )
 
 MACHINES = (AcpLifecycle,)

@@ -76,6 +76,7 @@ CLAUDE_CODE_VOCABULARY = Vocabulary(
         DecisionField("request", frozenset({"tool permission", "MCP elicitation", "user dialog"})),
         DecisionField("decision", frozenset({"denied", "declined", "cancelled"})),
     ),
+    start_timeout_category="unknown",
 )
 
 MACHINES = (ClaudeCodeLifecycle,)

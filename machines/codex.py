@@ -98,6 +98,7 @@ CODEX_VOCABULARY = Vocabulary(
         DecisionField("request", CODEX_PERMISSION_REQUESTS),
         DecisionField("decision", frozenset({"cancelled", "declined", "denied", "empty response", "failed"})),
     ),
+    start_timeout_category="unknown",
 )
 
 MACHINES = (CodexLifecycle,)

@@ -76,6 +76,7 @@ DSH_SDK_VOCABULARY = Vocabulary(
     ),
     teardown_stage="shutdown",
     teardown_exit_facts=False,
+    start_timeout_category="transport",
 )
 """DSH lines carry no stop reason and no exit fields (not even the shutdown line)."""
 

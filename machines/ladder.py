@@ -33,6 +33,7 @@ class TeardownLadder(StateChart["TeardownLadder"]):
     kill_wait_expired = kill_wait.to(survived)
 
     RUNGS: ClassVar[tuple[str, ...]] = ("eof-wait", "term-wait", "kill-wait")
+    AUDIT_MACHINE: ClassVar[str] = "ladder"  # how its audit entries name it
 
     @property
     def rung(self) -> str:

@@ -4,17 +4,21 @@ Exit status: 0 completed; 1 any other result or a failed start; 2 a usage or
 configuration error found before anything spawned; 130 local cancellation (Ctrl-C or
 ``--timeout``); 129 SIGHUP; 143 SIGTERM.  SIGHUP and SIGTERM cancel the run locally
 like Ctrl-C: the whole tree is torn down before the CLI exits.
+
+Nothing the child controls is printed except the run's answer (stdout); ``--verbose``
+adds the child's stderr and the host log (``supervisor``, ``supervisor.child``).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,18 +28,43 @@ import anyio
 from machines import Transition
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
-from supervisor._cli_config import ConfigError, Entry, example_entry, load_file
+from supervisor._cli_config import EXAMPLE_KIND, ConfigError, Entry, load_file
+from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
 from supervisor._handle import Run
 from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor.process import CwdError, check_directory
+from supervisor.process import CwdError, SpawnFailed, check_directory
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 EXIT_HANGUP = 129
 PROG = "subagents"
+
+RUN_EPILOG = """\
+-- COMMAND ARGS...
+  everything after `--` is the child to supervise, for an entry whose kind runs a
+  command (its `command` and `args` keys), run verbatim with no shell, e.g.
+  subagents run "fix the failing test" -- npx @zed-industries/codex-acp
+  Without --config and without a command: the built-in example agent.
+
+exit status:
+  0    the run completed
+  1    any other result, or the start failed
+  2    a usage or configuration error (nothing was started)
+  130  local cancellation (Ctrl-C or --timeout)
+  143  SIGTERM
+"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("subagent-supervisor")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,25 +74,45 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run one task in a supervised child agent")
+    run = commands.add_parser(
+        "run",
+        help="run one task in a supervised child agent",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("--provider", metavar="NAME", help="the config entry to use (default: the first)")
     run.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     run.add_argument("--cwd", metavar="DIR", help="the child's working directory (default: here)")
-    run.add_argument("--permission", choices=("reject", "allow"), help="acp: answer permission requests")
+    run.add_argument(
+        "--permission",
+        choices=("reject", "allow"),
+        help="how to answer permission requests (entries with a permission key)",
+    )
     run.add_argument("--env", metavar="K=V", action="append", default=[], help="extra child environment")
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
     run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+    run.add_argument(
+        "--start-timeout",
+        metavar="SECONDS",
+        type=float,
+        help="fail the start if the child is not ready within SECONDS (default: the entry's, 60)",
+    )
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
+    run.usage = run.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
 
-    diagrams = commands.add_parser("diagrams", help="regenerate (or check) the lifecycle diagrams")
-    diagrams.add_argument("--check", action="store_true", help="fail if a committed diagram is stale")
-    diagrams.add_argument("--out", metavar="DIR", type=Path, help="where the diagrams live")
-    diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
+    diagrams = commands.add_parser(
+        "diagrams", help="print the lifecycle diagrams as Mermaid (or write, check, render them)"
+    )
+    where = diagrams.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR", type=Path, help="write one Markdown file per module into DIR")
+    where.add_argument("--check", metavar="DIR", type=Path, help="fail if the diagrams in DIR are stale")
+    diagrams.add_argument("--svg", metavar="DIR", type=Path, help="render SVGs into DIR (needs graphviz)")
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
     commands.add_parser("reap", help="end what supervising processes that died left running")
@@ -99,10 +148,14 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
     task = sys.stdin.read() if args.task == "-" else args.task
     if not task.strip():
         raise ConfigError("the task is blank")
-    if args.timeout is not None and not args.timeout > 0:
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
         raise ConfigError("--timeout must be a positive number of seconds")
     parent_cwd = Path.cwd()
     overrides: dict[str, Any] = {}
+    if args.start_timeout is not None:
+        if not 0 < args.start_timeout * 1000 <= MAX_TIMER_MS:
+            raise ConfigError("--start-timeout must be a positive number of seconds")
+        overrides["start_timeout_ms"] = args.start_timeout * 1000
     if args.cwd is not None:
         try:
             overrides["cwd"] = check_directory(Path(os.path.abspath(args.cwd)), "--cwd")
@@ -119,16 +172,16 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
                 raise ConfigError(f"{args.config}: no provider named {args.provider!r} (have: {names})")
             entry = matches[0]
     else:
-        if args.provider not in (None, "acp"):
-            raise ConfigError("--provider needs --config (without it the provider is acp)")
-        entry = example_entry(parent_cwd)
+        if args.provider not in (None, EXAMPLE_KIND):
+            raise ConfigError(f"--provider needs --config (without it the provider is {EXAMPLE_KIND})")
+        entry = Entry.example(parent_cwd)
     if command:
-        if entry.kind not in ("acp", "dsh-sdk"):
-            raise ConfigError(f"-- COMMAND applies to acp and dsh-sdk entries, not {entry.kind}")
+        if not entry.runs_a_command:
+            raise ConfigError(f"-- COMMAND applies to entries that run a command, not {entry.kind}")
         overrides.update(command=command[0], args=command[1:])
     if args.permission is not None:
-        if entry.kind != "acp":
-            raise ConfigError(f"--permission applies to acp entries, not {entry.kind}")
+        if not entry.has_key("permission"):
+            raise ConfigError(f"--permission applies to entries with a permission key, not {entry.kind}")
         overrides["permission"] = args.permission
     if args.env:
         env = dict(entry.keys.get("env") or {})
@@ -149,6 +202,7 @@ class _Interruption:
     cause: str | None = None  # "SIGINT", "SIGTERM", "SIGHUP", "timeout"
     count: int = 0
     runs: list[Run] = field(default_factory=list)
+    say: Callable[[str], None] = lambda line: None
 
     @property
     def exit_status(self) -> int:
@@ -185,6 +239,14 @@ class _Progress:
             self._stream.write("\r\033[K")
             self._stream.flush()
 
+    def say(self, line: str) -> None:
+        """One line of its own (the live line, if any, is redrawn after it)."""
+        if self._enabled and self._tty and self._shown is not None:
+            self._stream.write(f"\r\033[K{line}\n{PROG}: {self._shown}")
+        else:
+            self._stream.write(line + "\n")
+        self._stream.flush()
+
 
 async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     config = plan.entry.build(plan.overrides)
@@ -196,12 +258,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
 
     def on_transition(entry: Transition) -> None:
         if args.trace:
-            record = {
-                "run_id": entry.run_id,
-                "event": entry.event,
-                "source": entry.source,
-                "target": entry.target,
-            }
+            record = {"run_id": entry.run_id, **run.audit.as_dict(entry)}
             sys.stderr.write(json.dumps(record) + "\n")
             sys.stderr.flush()
         progress.transition(entry)
@@ -209,7 +266,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     run = provider.create_run(request, trace=on_transition)
     progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.vocabulary.stages)
     abort = AbortSignal()
-    interruption = _Interruption(runs=[run])
+    interruption = _Interruption(runs=[run], say=progress.say)
     result: SubagentResult | None = None
     start_error: SubagentError | None = None
     teardown_error: TeardownFailed | None = None
@@ -238,6 +295,7 @@ async def _watch_signals(abort: AbortSignal, interruption: _Interruption) -> Non
             interruption.count += 1
             if interruption.cause is None:
                 interruption.cause = signal.Signals(signum).name
+                interruption.say(f"{PROG}: cancelled; stopping the child (Ctrl-C again to kill it now)")
                 abort.abort()
             elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces
                 for run in interruption.runs:
@@ -248,6 +306,7 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
     await anyio.sleep(seconds)
     if interruption.cause is None:
         interruption.cause = "timeout"
+        interruption.say(f"{PROG}: timed out after {seconds:g} s; stopping the child (Ctrl-C to kill it now)")
         abort.abort()
 
 
@@ -276,6 +335,9 @@ def _report(
             status = EXIT_FAILED
     if teardown_error is not None:
         status = EXIT_FAILED if status == EXIT_OK else status
+    spawn_failure = _spawn_failure(start_error)
+    if spawn_failure is not None:
+        sys.stderr.write(f"{PROG}: {spawn_failure}\n")
     exit_facts = run.exit_facts
     if args.json:
         document = {
@@ -299,7 +361,9 @@ def _report(
         return status
     if result is not None and result.output:
         sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
-    if start_error is not None:
+    if isinstance(start_error, StartAborted):  # the cancellation line said why
+        sys.stderr.write(f"{PROG}: {headline(StopReason.ABORTED)}\n")
+    elif start_error is not None:
         sys.stderr.write(f"{PROG}: {start_error}\n")
     elif result is not None and result.stop_reason != StopReason.COMPLETED:
         sys.stderr.write(f"{PROG}: {headline(result.stop_reason)}\n")
@@ -310,29 +374,57 @@ def _report(
     return status
 
 
+_SPAWN_REASONS = {
+    errno.ENOENT: "not found",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+def _spawn_failure(error: BaseException | None) -> str | None:
+    """``could not start '<command>': <reason>`` when the start failed because the program
+    could not be executed (the OS error is on the cause chain), else None."""
+    cause = error
+    while cause is not None and not isinstance(cause, SpawnFailed):
+        cause = cause.__cause__
+    if cause is None or not isinstance(cause.__cause__, OSError):
+        return None
+    os_error = cause.__cause__
+    command = os.fsdecode(os_error.filename) if os_error.filename is not None else "?"
+    reason = _SPAWN_REASONS.get(os_error.errno or 0, "not an executable file")
+    if reason == "permission denied" and os.path.isdir(command):
+        reason = "not an executable file"
+    return f"could not start '{command}': {reason}"
+
+
 # -- other commands -----------------------------------------------------------------------
 
 
 def _diagrams(args: argparse.Namespace) -> int:
     from supervisor import _diagrams
 
-    out = args.out or _diagrams.DEFAULT_DIR
-    if args.check:
-        stale = _diagrams.stale(out)
+    if args.svg is not None:  # checked first: without graphviz nothing at all is written
+        missing = _diagrams.svg_missing()
+        if missing is not None:
+            sys.stderr.write(f"{PROG}: {missing}\n")
+            return EXIT_FAILED
+    if args.check is not None:
+        stale = _diagrams.stale(args.check)
         if stale:
-            sys.stderr.write(f"{PROG}: stale diagrams in {out}: {', '.join(stale)} (run `{PROG} diagrams`)\n")
+            sys.stderr.write(
+                f"{PROG}: stale diagrams in {args.check}: {', '.join(stale)} "
+                f"(run `{PROG} diagrams --out {args.check}`)\n"
+            )
             return EXIT_FAILED
-        print(f"diagrams in {out} are current")
-        return EXIT_OK
-    for path in _diagrams.write(out):
-        print(path)
+        print(f"diagrams in {args.check} are current")
+    elif args.out is not None:
+        for path in _diagrams.write(args.out):
+            print(path)
+    elif args.svg is None:
+        sys.stdout.write("\n".join(_diagrams.render().values()))
     if args.svg is not None:
-        try:
-            for path in _diagrams.write_svg(args.svg):
-                print(path)
-        except (RuntimeError, ImportError) as exc:
-            sys.stderr.write(f"{PROG}: {exc}\n")
-            return EXIT_FAILED
+        for path in _diagrams.write_svg(args.svg):
+            print(path)
     return EXIT_OK
 
 
@@ -396,7 +488,7 @@ def _mcp(args: argparse.Namespace) -> int:
             roots.append(check_directory(Path(os.path.realpath(raw)), "--root"))
         except CwdError as exc:
             raise ConfigError(str(exc)) from None
-    entries = load_file(args.config) if args.config is not None else [example_entry(Path.cwd())]
+    entries = load_file(args.config) if args.config is not None else [Entry.example(Path.cwd())]
     registry = Registry()
     for entry in entries:
         stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")

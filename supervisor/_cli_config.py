@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +14,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from supervisor._config import ProviderConfig
+from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
 from supervisor._kinds import installed_kinds, kind
 from supervisor._registry import Provider
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+EXAMPLE_KIND = "acp"
+"""The kind whose built-in example agent ``subagents run`` uses without ``--config`` and
+without a command (the kind's ``example``)."""
 
 
 class ConfigError(Exception):
@@ -49,19 +52,28 @@ class Entry:
             raise ConfigError(_describe(self.where, exc)) from None
         return config
 
+    @property
+    def runs_a_command(self) -> bool:
+        """Whether the kind's child is a configured ``command`` and ``args`` (``-- COMMAND``)."""
+        return issubclass(kind(self.kind).config, CommandConfig)
+
+    def has_key(self, key: str) -> bool:
+        """Whether the kind's config accepts ``key``."""
+        return key in kind(self.kind).config.model_fields
+
+    @classmethod
+    def example(cls, base_dir: Path) -> Entry:
+        """The :data:`EXAMPLE_KIND` entry that runs the kind's built-in example agent."""
+        make = kind(EXAMPLE_KIND).example
+        assert make is not None, f"the {EXAMPLE_KIND} kind ships no example agent"
+        keys = make().model_dump(exclude_unset=True)
+        return cls(kind=EXAMPLE_KIND, name=EXAMPLE_KIND, keys=keys, where="command line", base_dir=base_dir)
+
     def provider(self, config: ProviderConfig) -> Provider:
         try:
             return kind(self.kind).provider(config, self.name)
         except ConfigurationError as exc:
             raise ConfigError(f"{self.where}: {exc}") from None
-
-
-def example_entry(base_dir: Path) -> Entry:
-    """The entry used without a config: ``acp`` with the built-in example agent."""
-    from supervisor.providers.acp import EXAMPLE_AGENT
-
-    keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
-    return Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=base_dir)
 
 
 def _describe(where: str, exc: ValidationError) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,11 @@ from supervisor.process import (
     check_containment,
     resolve_configured_cwd,
 )
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
 
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+DEFAULT_START_TIMEOUT_MS = 60_000
 
 
 def resolve_executable(value: Any, info: ValidationInfo, what: str) -> Path | None:
@@ -53,6 +57,30 @@ def _grace(value: float) -> float:
     return value
 
 
+def _scalar_kinds(annotation: Any) -> set[type]:
+    """The scalar types an annotation admits (``float | None`` -> {float})."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return {arg for arg in typing.get_args(annotation) if arg in (int, float, bool)}
+    return {annotation} if annotation in (int, float, bool) else set()
+
+
+def strict_scalar(value: Any, annotation: Any) -> Any:
+    """Numbers must be numbers and flags booleans: ``"3000"`` or ``true`` for a number is an error.
+
+    pydantic's lax mode would coerce both; a config file with a quoted number is a
+    mistake the user should hear about.  Enums and paths stay lax (TOML has no such types).
+    """
+    kinds = _scalar_kinds(annotation)
+    if not kinds or value is None:
+        return value
+    if kinds == {bool}:
+        if not isinstance(value, bool):
+            raise ValueError("must be true or false")
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer" if kinds == {int} else "must be a number")
+    return value
+
+
 class ProviderConfig(BaseModel):
     """Keys every provider kind accepts."""
 
@@ -69,6 +97,8 @@ class ProviderConfig(BaseModel):
     max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_BYTES, gt=0)
     stderr_tail_bytes: int = Field(default=DEFAULT_STDERR_TAIL_BYTES, gt=0)
     subreaper: bool = True
+    start_timeout_ms: float = DEFAULT_START_TIMEOUT_MS
+    max_inflight_requests: int = Field(default=DEFAULT_MAX_INFLIGHT_REQUESTS, gt=0)
     cgroup_root: Path | None = None
     containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
 
@@ -89,7 +119,13 @@ class ProviderConfig(BaseModel):
             raise ValueError("must be an absolute path")
         return value
 
-    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms")
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, value: Any, info: ValidationInfo) -> Any:
+        assert info.field_name is not None
+        return strict_scalar(value, cls.model_fields[info.field_name].annotation)
+
+    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms")
     @classmethod
     def _positive_grace(cls, value: float) -> float:
         return _grace(value)
@@ -118,9 +154,13 @@ class ProviderConfig(BaseModel):
     def term_grace(self) -> float:
         return self.dispose_grace_ms / 1000
 
+    @property
+    def start_timeout(self) -> float:
+        return self.start_timeout_ms / 1000
+
 
 class CommandConfig(ProviderConfig):
-    """Providers that run a configured command (acp, dsh-sdk)."""
+    """Kinds whose child is a configured command (the CLI's ``-- COMMAND ARGS...`` sets it)."""
 
     command: str
     args: list[str] = Field(default_factory=list)

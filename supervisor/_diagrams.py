@@ -1,18 +1,21 @@
-"""Diagrams generated from ``machines/``: Mermaid committed under ``diagrams/``, SVG on demand.
+"""Diagrams generated from ``machines/``: Mermaid (committed in ``diagrams/``), SVG on demand.
 
 Mermaid output is byte-stable; DOT (and so SVG) embeds object ids, which is why only
-Mermaid is committed.
+Mermaid is committed.  Every writer takes an explicit directory: nothing is ever
+written into the installed package.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 from typing import Any
 
 from machines import all_machines
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "diagrams"
+SVG_NEEDS_DOT = "SVG needs graphviz's `dot` on PATH (e.g. `apt-get install graphviz`); nothing was written"
+SVG_NEEDS_PYDOT = "SVG needs the pydot package (`pip install pydot`); nothing was written"
 
 
 def _section(cls: type[Any]) -> str:
@@ -30,7 +33,7 @@ def render() -> dict[str, str]:
     return files
 
 
-def write(out: Path = DEFAULT_DIR) -> list[Path]:
+def write(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in render().items():
@@ -40,7 +43,7 @@ def write(out: Path = DEFAULT_DIR) -> list[Path]:
     return written
 
 
-def stale(out: Path = DEFAULT_DIR) -> list[str]:
+def stale(out: Path) -> list[str]:
     """Names of diagrams that are missing or differ from the machines."""
     return [
         name
@@ -49,10 +52,20 @@ def stale(out: Path = DEFAULT_DIR) -> list[str]:
     ]
 
 
-def write_svg(out: Path) -> list[Path]:
-    """Render SVGs (needs graphviz's ``dot`` and pydot); never committed."""
+def svg_missing() -> str | None:
+    """Why SVGs cannot be rendered here (graphviz first, then pydot), or None."""
     if shutil.which("dot") is None:
-        raise RuntimeError("SVG needs graphviz's `dot` on PATH (e.g. `apt-get install graphviz`)")
+        return SVG_NEEDS_DOT
+    if importlib.util.find_spec("pydot") is None:
+        return SVG_NEEDS_PYDOT
+    return None
+
+
+def write_svg(out: Path) -> list[Path]:
+    """Render SVGs (needs graphviz's ``dot`` and pydot, checked before anything is written)."""
+    missing = svg_missing()
+    if missing is not None:
+        raise RuntimeError(missing)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for classes in all_machines().values():

@@ -48,6 +48,9 @@ class ProviderKind(Generic[ConfigT]):
     vocabulary: Vocabulary
     """The kind's closed diagnostic vocabulary (its label and stages)."""
     capabilities: Capabilities = NO_CAPABILITIES
+    example: Callable[[], ConfigT] | None = None
+    """A config that runs a built-in, keyless example agent (the CLI runs one when it is
+    given neither a config file nor a command), or None when the kind ships no example."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,9 @@ class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 * ``_remote_cancel()`` the protocol's best-effort cancel;
 * ``_output()``  the partial output collected so far.
 
+Everything before publication runs under the config's ``start_timeout_ms``; a start
+that overruns it fails in its current stage as the vocabulary's ``start_timeout_category``.
+
 Everything else (abort and cancellation rules, the single settlement, rollback and
 dispose over the whole tree, the audit trail, the diagnostic bound) lives here, so
 every provider behaves the same at the seam.  A run is built from one
@@ -36,6 +39,7 @@ from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._logging import raw_failure
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import (
     Containment,
@@ -298,8 +302,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """
         try:
             self.process = await ManagedProcess.spawn(spec, self.task_group)
-        except SpawnFailed as exc:
-            log.warning("run %s: the child could not be started", self.id, exc_info=exc)
+        except SpawnFailed as exc:  # the OS error is on the cause chain, logged once by start()
+            log.warning("run %s: the child could not be started", self.id)
             if fact is not None:
                 self.fact(fact)
             raise StepFailed(self.failure(failed_as)) from exc
@@ -357,11 +361,14 @@ class ProviderRun(ABC, Generic[ConfigT]):
             with anyio.CancelScope() as scope:
                 remove = abort.add_callback(scope.cancel) if abort is not None else (lambda: None)
                 try:
-                    await self._start()
+                    with anyio.move_on_after(self.config.start_timeout) as deadline:
+                        await self._start()
+                    if deadline.cancelled_caught:
+                        log.warning("run %s: the start overran start_timeout_ms", self.id)
+                        failure = StepFailed(self.failure(self.vocabulary.start_timeout_category))
                 except StepFailed as exc:
                     failure = exc
                 except Exception as exc:
-                    log.warning("run %s: start failed in stage %s", self.id, self.stage, exc_info=exc)
                     failure = StepFailed(self.failure("unknown"))
                     failure.__cause__ = exc
                 finally:
@@ -378,7 +385,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
             raise StartAborted(self._aborted_text())
         if failure is not None:
-            log.info("run %s: start failed: %s", self.id, failure.diagnostic, exc_info=failure.__cause__)
+            log.info("run %s: start failed: %s", self.id, failure.diagnostic)
+            if failure.__cause__ is not None:
+                raw_failure("run %s: the raw start failure", self.id, exc=failure.__cause__)
             teardown_error = await self._rollback(CommonEvent.START_FAILED)
             text = bound_diagnostic(
                 join_lines(failure.diagnostic, teardown_error.diagnostic if teardown_error else None)
@@ -430,7 +439,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
             try:
                 result = await self._drive()
             except Exception as exc:
-                log.warning("run %s: failed in stage %s", self.id, self.stage, exc_info=exc)
+                log.warning("run %s: failed in stage %s", self.id, self.stage)
+                raw_failure("run %s: the raw failure", self.id, exc=exc)
                 result = SubagentResult(
                     output=self._output(),
                     stop_reason=StopReason.ERROR,
@@ -447,7 +457,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
                 await self._remote_cancel()
         except Exception as exc:
-            log.debug("run %s: remote cancel failed: %r", self.id, exc)
+            raw_failure("run %s: remote cancel failed", self.id, exc=exc)
         finally:
             done.set()
 
@@ -464,7 +474,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         try:
             await self._before_ladder()
         except Exception as exc:  # a polite shutdown is best effort; the ladder still runs
-            log.warning("run %s: protocol shutdown failed", self.id, exc_info=exc)
+            log.warning("run %s: protocol shutdown failed", self.id)
+            raw_failure("run %s: the raw shutdown failure", self.id, exc=exc)
         if self.process is not None:
             report = await self.process.teardown(
                 TeardownLadder(listeners=[self.audit]),  # built only when needed: charts cost ~0.4 ms
@@ -474,7 +485,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         try:
             await self._after_ladder()
         except Exception as exc:
-            log.warning("run %s: releasing protocol resources failed", self.id, exc_info=exc)
+            log.warning("run %s: releasing protocol resources failed", self.id)
+            raw_failure("run %s: the raw release failure", self.id, exc=exc)
         self._quiescent = report is None or report.quiescent
         if self._quiescent:
             self.machine.send(CommonEvent.TREE_GONE)

@@ -70,7 +70,8 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
     assert doc["stages"] == ["initialize", "new-session", "prompt", "teardown"]
     assert (doc["exit_code"], doc["signal"], doc["quiescent"]) == (0, None, True)
     assert doc["audit"][0] == {**doc["audit"][0], "event": "initialize_answered", "source": "initialize"}
-    assert all(set(t) == {"event", "source", "target", "t"} for t in doc["audit"])
+    assert all(set(t) == {"event", "source", "target", "t", "machine"} for t in doc["audit"])
+    assert {t["machine"] for t in doc["audit"]} == {"lifecycle", "ladder"}
 
 
 def test_failing_child_after_publication(tmp_path: Path) -> None:
@@ -338,6 +339,9 @@ def test_second_ctrl_c_skips_the_graces(tmp_path: Path) -> None:
     )
     assert cli.stderr is not None
     for line in cli.stderr:
+        if line.startswith("subagents: "):  # the cancellation line, between the trace lines
+            assert line == "subagents: cancelled; stopping the child (Ctrl-C again to kill it now)\n"
+            continue
         if json.loads(line)["event"] == "session_created":
             cli.send_signal(signal.SIGINT)
         if json.loads(line)["target"] == "eof-wait":  # now in a ten-minute grace
@@ -351,16 +355,19 @@ def test_second_ctrl_c_skips_the_graces(tmp_path: Path) -> None:
 
 
 def test_diagrams_are_current(tmp_path: Path) -> None:
-    proc = subagents("diagrams", "--check", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    committed = Path(__file__).resolve().parent.parent / "diagrams"
+    proc = subagents("diagrams", "--check", str(committed), cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, f"diagrams in {committed} are current\n"), proc.stderr
 
 
 def test_diagrams_check_catches_a_stale_file(tmp_path: Path) -> None:
     assert subagents("diagrams", "--out", str(tmp_path), cwd=tmp_path).returncode == 0
     (tmp_path / "acp.md").write_text("stale\n")
-    proc = subagents("diagrams", "--check", "--out", str(tmp_path), cwd=tmp_path)
+    proc = subagents("diagrams", "--check", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 1
-    assert "acp.md" in proc.stderr
+    assert proc.stderr == (
+        f"subagents: stale diagrams in {tmp_path}: acp.md (run `subagents diagrams --out {tmp_path}`)\n"
+    )
 
 
 def test_providers_lists_the_kinds(tmp_path: Path) -> None:

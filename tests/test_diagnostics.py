@@ -111,3 +111,32 @@ def test_start_failed_carries_its_diagnostic() -> None:
     error = StartFailed("Subagent failure (provider: ACP; stage: initialize; category: transport)")
     assert error.code == "START_FAILED"
     assert error.diagnostic == str(error)
+
+
+def test_each_kind_names_the_category_of_an_overrun_start() -> None:
+    categories = {
+        vocabulary.label: vocabulary.start_timeout_category
+        for vocabulary in (ACP_VOCABULARY, DSH_SDK_VOCABULARY, CLAUDE_CODE_VOCABULARY, CODEX_VOCABULARY)
+    }
+    assert categories == {
+        "ACP": "transport",
+        "DSH SDK": "transport",
+        "Claude Code": "unknown",
+        "Codex": "unknown",
+    }
+
+
+def test_an_overrun_start_category_outside_the_vocabulary_is_refused() -> None:
+    from machines import Vocabulary
+
+    with pytest.raises(ValueError, match=r"names outside the vocabulary: \['timeout'\]"):
+        Vocabulary(
+            label="X",
+            stages=("go", "teardown"),
+            categories=frozenset({"unknown"}),
+            start_timeout_category="timeout",
+        )
+    with pytest.raises(ValueError, match=r"names outside the vocabulary: \['unknown'\]"):
+        Vocabulary(
+            label="X", stages=("go", "teardown"), categories=frozenset({"transport"})
+        )  # the default is unknown

@@ -70,6 +70,22 @@ def test_a_failure_carries_the_kinds_own_label(plugin_path: str, tmp_path: Path)
     )
 
 
+def test_cli_flags_follow_what_the_kind_declares(plugin_path: str, tmp_path: Path) -> None:
+    """The echo kind's config has neither ``command`` nor ``permission``: the CLI says so
+    by the kind's name, with no table of kinds in the CLI."""
+    config = str(write_config(tmp_path))
+    proc = subagents(plugin_path, "run", "--config", config, "t", "--", sys.executable, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "subagents: -- COMMAND applies to entries that run a command, not echo\n",
+    )
+    proc = subagents(plugin_path, "run", "--config", config, "--permission", "allow", "t", cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "subagents: --permission applies to entries with a permission key, not echo\n",
+    )
+
+
 def test_without_the_distribution_the_kind_is_unknown(tmp_path: Path) -> None:
     proc = subagents("", "run", "--config", str(write_config(tmp_path)), "hello", cwd=tmp_path)
     assert proc.returncode == 2

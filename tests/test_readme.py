@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from supervisor import _diagrams
@@ -23,6 +26,44 @@ def test_readme_shows_every_current_lifecycle_diagram() -> None:
         current = re.search(r"```mermaid\n.*?```", text, re.S)
         assert current is not None
         assert current.group(0) in README, f"README lacks the current {name} diagram"
+
+
+def _embedding_example() -> str:
+    section = README.split("## Embedding", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    return block.group(1)
+
+
+def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def test_the_embedding_example_runs_verbatim(tmp_path: Path) -> None:
+    proc = _run_python(_embedding_example(), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Hello!")
+    assert proc.stderr == ""
+
+
+def test_the_embedding_example_handles_a_failed_start(tmp_path: Path) -> None:
+    code = _embedding_example()
+    agent = "example_agent_config()"
+    assert code.count(agent) == 1
+    failing = code.replace(agent, "example_agent_config(start_timeout_ms=0.001)")  # cannot be ready in time
+    proc = _run_python(failing, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        "could not start the subagent: "
+        "Subagent failure (provider: ACP; stage: initialize; category: transport)\n"
+    )
 
 
 def test_readme_shows_the_complete_third_party_provider() -> None:

@@ -6,7 +6,15 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
+from supervisor.wire import (
+    CloseOnce,
+    FrameWriter,
+    InboundRequests,
+    Pending,
+    PendingRequests,
+    encode_frame,
+    is_request_id,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -64,3 +72,20 @@ def test_request_ids() -> None:
     assert not is_request_id(True)
     assert not is_request_id(None)
     assert encode_frame({"a": "é"}, ascii_only=True) == b'{"a":"\\u00e9"}\n'
+
+
+def test_the_childs_unanswered_requests_are_bounded() -> None:
+    inbound = InboundRequests(2)
+    assert inbound.admit()
+    assert inbound.admit()
+    assert not inbound.admit()  # a third open at once: the connection should fail
+    inbound.answered()
+    inbound.answered()
+    assert inbound.open == 1
+    assert inbound.admit()
+    inbound.answered()
+    inbound.answered()
+    inbound.answered()  # an answer to nothing never goes below zero
+    assert inbound.open == 0
+    with pytest.raises(ValueError, match="must be positive"):
+        InboundRequests(0)

@@ -28,6 +28,7 @@ from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 
 log = logging.getLogger("supervisor")
+child_log = logging.getLogger("supervisor.child")  # child-controlled text: DEBUG only
 
 DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
 DEFAULT_KILL_WAIT_SECONDS = 5.0
@@ -265,8 +266,8 @@ class ManagedProcess:
             if line is None:
                 return
             self._keep_tail(line + b"\n")
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("child %d stderr: %s", self.pid, line[:4096].decode("utf-8", "replace"))
+            if child_log.isEnabledFor(logging.DEBUG):
+                child_log.debug("child %d stderr: %s", self.pid, line[:4096].decode("utf-8", "replace"))
 
     def _keep_tail(self, data: bytes) -> None:
         limit = self._spec.stderr_tail_bytes

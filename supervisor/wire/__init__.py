@@ -1,11 +1,13 @@
-"""Mechanisms shared by the hand-written provider clients: the one UTF-8 text cap and the
-one JSON-RPC core.  (The one line reader and frame bound live in the process layer:
-:class:`supervisor.process.LineReader`.)"""
+"""Mechanisms shared by the hand-written provider clients: the one UTF-8 text cap, the
+one JSON-RPC core and the one bound on the child's unanswered requests.  (The one line
+reader and frame bound live in the process layer: :class:`supervisor.process.LineReader`.)"""
 
 from __future__ import annotations
 
+from supervisor.wire._rpc import DEFAULT_MAX_INFLIGHT_REQUESTS as DEFAULT_MAX_INFLIGHT_REQUESTS
 from supervisor.wire._rpc import CloseOnce as CloseOnce
 from supervisor.wire._rpc import FrameWriter as FrameWriter
+from supervisor.wire._rpc import InboundRequests as InboundRequests
 from supervisor.wire._rpc import Pending as Pending
 from supervisor.wire._rpc import PendingRequests as PendingRequests
 from supervisor.wire._rpc import RequestId as RequestId
@@ -18,10 +20,12 @@ from supervisor.wire._text import utf8_prefix as utf8_prefix
 from supervisor.wire._version import client_version as client_version
 
 __all__ = (
+    "DEFAULT_MAX_INFLIGHT_REQUESTS",
     "TRUNCATED_MARK",
     "CappedText",
     "CloseOnce",
     "FrameWriter",
+    "InboundRequests",
     "Pending",
     "PendingRequests",
     "RequestId",

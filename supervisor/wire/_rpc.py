@@ -7,7 +7,10 @@ needs the same three mechanisms; each lives here once:
 * :class:`CloseOnce`: the connection closes once, with the first reason, and every
   party that must learn it (pending requests, subscriptions, the owner) is told then;
 * :class:`FrameWriter`: one frame at a time on the pipe (a write lock), so frames from
-  concurrent requests and answers never interleave.
+  concurrent requests and answers never interleave;
+* :class:`InboundRequests`: the child's requests not answered yet, bounded, so a child
+  that floods requests without reading the answers fails its connection instead of
+  growing the parent's memory (each open request costs a task and a frame).
 
 What differs between protocols stays in each client: id scheme, error types, the
 ``jsonrpc`` member, how a frame is dispatched.
@@ -22,8 +25,10 @@ from typing import Generic, TypeVar
 import anyio
 
 __all__ = [
+    "DEFAULT_MAX_INFLIGHT_REQUESTS",
     "CloseOnce",
     "FrameWriter",
+    "InboundRequests",
     "Pending",
     "PendingRequests",
     "RequestId",
@@ -32,6 +37,8 @@ __all__ = [
 ]
 
 RequestId = int | str
+DEFAULT_MAX_INFLIGHT_REQUESTS = 64
+"""How many of the child's requests may await an answer at once, unless configured."""
 ReasonT = TypeVar("ReasonT")
 PendingT = TypeVar("PendingT", bound="Pending")
 
@@ -154,3 +161,30 @@ class FrameWriter:
             if check is not None:
                 check()
             await self._write(data)
+
+
+class InboundRequests:
+    """The child's requests that were received and not answered yet, at most ``limit``."""
+
+    __slots__ = ("_limit", "_open")
+
+    def __init__(self, limit: int = DEFAULT_MAX_INFLIGHT_REQUESTS) -> None:
+        if limit <= 0:
+            raise ValueError("the limit of unanswered requests must be positive")
+        self._limit = limit
+        self._open = 0
+
+    @property
+    def open(self) -> int:
+        return self._open
+
+    def admit(self) -> bool:
+        """Count one more request; False when that makes more than ``limit`` open at once
+        (the connection should then fail: the child is not reading its answers)."""
+        self._open += 1
+        return self._open <= self._limit
+
+    def answered(self) -> None:
+        """One request was answered (or its answer abandoned)."""
+        if self._open > 0:
+            self._open -= 1

@@ -32,7 +32,7 @@ ACP_CHILD = str(CHILDREN / "acp_child.py")
 SECRET = "sk-secret-" + uuid.uuid4().hex
 
 
-def child(**env: str) -> Config:
+def child(**env: Any) -> Config:
     """An ``acp`` config running the scripted child with ``ACP_CHILD_<KEY>`` variables."""
     keys: dict[str, Any] = {}
     for name in ("permission", "authenticate", "stderr", "max_frame_bytes", "cwd"):
@@ -281,7 +281,7 @@ async def test_exit_while_a_grandchild_holds_stdout_settles_from_the_exit_facts(
 
 
 async def test_frame_over_the_limit_is_protocol(tmp_path: Path) -> None:
-    result, _ = await run_once(child(HUGE_LINE=str(300_000), max_frame_bytes="100000"), tmp_path)
+    result, _ = await run_once(child(HUGE_LINE=str(300_000), max_frame_bytes=100000), tmp_path)
     assert result.stop_reason == "error"
     assert result.diagnostic == "Subagent failure (provider: ACP; stage: prompt; category: protocol)"
 

@@ -55,6 +55,12 @@ Failures at a stage:
 - ``GARBAGE`` flag: a non-JSON line precedes every frame written to stdout.
 - ``GARBAGE_AT=stage``: at that stage, before anything else, a burst of junk lines: text that is not
   JSON, invalid UTF-8, a JSON array, a JSON string, ``{}`` and a response to an id nobody sent.
+- ``FRAMES_AT=stage`` and ``FRAMES=json``: at that stage, before anything else, each item of the
+  JSON list ``FRAMES`` as one stdout line (an item that is a string goes out verbatim, anything else
+  as compact JSON); then the stage carries on as scripted.
+- ``FLOOD_AT=stage`` and ``FLOOD=n``: at that stage, write ``n`` ``fs/read_text_file`` requests
+  (ids ``flood-0`` ...) without reading stdin meanwhile, then stay alive without reading
+  (a signal ends it).
 - ``HALF_AT=stage`` (a request stage): the stage's answer is written only up to its middle, with no
   newline; then ``HALF_THEN`` = ``exit`` (default: exit with ``EXIT_CODE``), ``hang`` (write nothing
   more; stdin EOF still ends the child) or ``finish`` (the rest of the line follows in a second write).
@@ -313,6 +319,12 @@ class Child:
             write_stderr()
         if env("GARBAGE_AT") == name:
             self.write_raw(GARBAGE_BURST)
+        if env("FRAMES_AT") == name:
+            for item in json.loads(env("FRAMES", "[]")):
+                frame = item if isinstance(item, str) else json.dumps(item, separators=(",", ":"))
+                self.write_raw(frame.encode() + b"\n")
+        if env("FLOOD_AT") == name:
+            flood(self, int(env("FLOOD", "100000")))
         if env("HUGE_AT") == name:
             self.write_raw(huge_line("", int(env("HUGE_LINE", str(DEFAULT_HUGE_LINE)))) + b"\n")
         if env("CLOSE_STDOUT_AT") == name:
@@ -549,6 +561,20 @@ def huge_line(session_id: str, size: int) -> bytes:
         return b"x" * size
     head, tail = envelope.split(b'"text":""', 1)
     return head + b'"text":"' + b"x" * (size - len(envelope)) + b'"' + tail
+
+
+def flood(child: Child, count: int) -> NoReturn:
+    """FLOOD: client requests nobody reads the answers of, in big writes; then never read again."""
+    params = {"sessionId": "flood", "path": "/flood"}
+    batch: list[bytes] = []
+    for n in range(count):
+        request = {"jsonrpc": "2.0", "id": f"flood-{n}", "method": "fs/read_text_file", "params": params}
+        batch.append(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        if len(batch) == 256:
+            child.write_raw(b"".join(batch))
+            batch.clear()
+    child.write_raw(b"".join(batch))
+    stay_alive()
 
 
 def stay_alive() -> NoReturn:

@@ -96,6 +96,9 @@ Faults at a stage (<stage> = initialize, prompt or shutdown: when that request a
   FAKE_DSH_CLOSE_STDOUT_AT=<stage>
                                close stdout and write nothing more (the request is not
                                answered); stdin EOF still ends the process.
+  FAKE_DSH_FLOOD_AT=<stage>    write FAKE_DSH_FLOOD (default 100000) server-to-client
+                               requests without reading, then keep running without reading
+                               (a signal ends it).
   FAKE_DSH_CLOSE_STDIN_AT=<stage>
                                close stdin, handle the request as scripted, then keep
                                running without reading (a signal ends it): the client's
@@ -206,6 +209,15 @@ def fault(stage: str) -> bool:
         OUT.close()  # sys.stdout's buffer does not own fd 1: close it too
         os.close(1)
         return True
+    if env("FLOOD_AT") == stage:
+        batch = b"".join(
+            json.dumps({"jsonrpc": "2.0", "id": f"flood-{n}", "method": "flood/ask", "params": {}}).encode()
+            + b"\n"
+            for n in range(int(env("FLOOD", "100000")))
+        )
+        write_raw(batch)
+        while True:
+            signal.pause()
     if env("CLOSE_STDIN_AT") == stage:
         os.close(0)
     return False

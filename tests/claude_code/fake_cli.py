@@ -13,7 +13,8 @@ answered), ``steps`` (run after the user message), ``final_exit`` (exit code aft
 Steps: ``{"emit": message}``, ``{"raw": text}``, ``{"request": request}`` (a control
 request; waits for and logs its response), ``{"exit": code}``, ``{"signal": name}``,
 ``{"partial": text}`` (written with no newline), ``{"huge": n}`` (one line of ``n`` bytes),
-``{"stderr": text}`` (one line on stderr),
+``{"stderr": text}`` (one line on stderr), ``{"flood": {"count": n, "request": request}}`` (``n``
+control requests at once, then stay alive without reading until a signal ends it),
 ``{"close_stdout": true}`` (close stdout, write nothing more, read stdin until EOF, then
 exit with ``final_exit``), ``{"close_stdin": true}`` (close stdin; the script plays on, and
 where it would read next it stays alive instead, until a signal ends it).
@@ -104,6 +105,15 @@ def run_steps(steps: list[dict[str, Any]], script: dict[str, Any]) -> int | None
             request_id = f"fake_{number}"
             send({"type": "control_request", "request_id": request_id, "request": step["request"]})
             wait_for_response(request_id)
+        elif "flood" in step:
+            request = step["flood"]["request"]
+            frames = (
+                json.dumps({"type": "control_request", "request_id": f"flood_{n}", "request": request}) + "\n"
+                for n in range(int(step["flood"]["count"]))
+            )
+            write("".join(frames))
+            while True:
+                signal.pause()
         elif "exit" in step:
             return int(step["exit"])
         elif "signal" in step:

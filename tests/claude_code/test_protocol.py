@@ -207,7 +207,7 @@ async def test_the_result_message_alone_decides_the_category(
 async def test_raw_failure_text_goes_to_the_host_log_only(
     fake_cli: FakeCli, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="supervisor")
+    caplog.set_level(logging.DEBUG, logger="supervisor")
     frame = result_message(
         "error_during_execution", is_error=True, result="secret-result", errors=["secret-err"]
     )
@@ -216,7 +216,7 @@ async def test_raw_failure_text_goes_to_the_host_log_only(
     assert "secret" not in (result.output + (result.diagnostic or ""))
     logged = [r for r in caplog.records if "secret-err" in r.getMessage()]
     assert logged
-    assert {r.name for r in logged} == {"supervisor"}
+    assert {(r.name, r.levelno) for r in logged} == {("supervisor.child", logging.DEBUG)}
 
 
 @pytest.mark.parametrize(

@@ -171,11 +171,13 @@ async def test_child_text_reaches_the_host_log_and_never_the_result(
 ) -> None:
     marker = "MOCK-SECRET-4711"
     mock.script(HttpError(400, message=f"bad request {marker}"))
-    with caplog.at_level(logging.INFO, logger="supervisor"):
+    with caplog.at_level(logging.DEBUG, logger="supervisor"):
         result, _ = await run_once(provider(launch, transcript), launch.cwd)
     assert result.diagnostic == line(category="product-error")  # 400 arrives as "other"
     assert marker not in repr(result)
-    assert any(marker in record.getMessage() for record in caplog.records if record.name == "supervisor")
+    carrying = [r for r in caplog.records if marker in r.getMessage()]
+    assert carrying
+    assert {(r.name, r.levelno) for r in carrying} == {("supervisor.child", logging.DEBUG)}
 
 
 async def test_a_bad_override_fails_the_start_with_the_exit_facts(launch: PeerLaunch) -> None:

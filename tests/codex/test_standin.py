@@ -429,10 +429,12 @@ async def test_a_signal_before_turn_start_answers_is_a_process_failure(tmp_path:
 async def test_a_turn_start_error_fails_in_turn_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="supervisor"):
+    with caplog.at_level(logging.DEBUG, logger="supervisor"):
         result, _ = await run_once(standin(tmp_path, script=[{"respond": "error"}]), tmp_path)
     assert result == SubagentResult(output="", stop_reason="error", diagnostic=line(stage="turn-start"))
-    assert "SECRET turn failure detail" in caplog.text
+    carrying = [r for r in caplog.records if "SECRET turn failure detail" in r.getMessage()]
+    assert carrying
+    assert {(r.name, r.levelno) for r in carrying} == {("supervisor.child", logging.DEBUG)}
 
 
 @pytest.mark.parametrize(

@@ -926,7 +926,7 @@ def assert_clean(*values: object) -> None:
 def assert_logged(caplog: pytest.LogCaptureFixture) -> None:
     leaked = [r for r in caplog.records if SECRET in r.getMessage()]
     assert leaked, "the raw failure must reach the host log"
-    assert all(r.name == "supervisor" for r in leaked)
+    assert all((r.name, r.levelno) == ("supervisor.child", logging.DEBUG) for r in leaked)
 
 
 @pytest.mark.parametrize("knobs", _LEAKY_STARTS)

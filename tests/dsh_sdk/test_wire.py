@@ -354,7 +354,7 @@ async def test_malformed_frames_are_ignored_and_logged_at_debug(
     ]
     ignored = [record for record in caplog.records if "ignored a frame" in record.getMessage()]
     assert len(ignored) >= 15
-    assert all(record.levelno == logging.DEBUG and record.name == "supervisor" for record in ignored)
+    assert all(record.levelno == logging.DEBUG and record.name == "supervisor.child" for record in ignored)
 
 
 @pytest.mark.anyio
@@ -395,6 +395,23 @@ async def test_a_frame_over_max_frame_bytes_fails_the_client_as_protocol(tmp_pat
         assert isinstance(fake.client.failure, DshProtocolError)
         with pytest.raises(DshProtocolError):
             await fake.client.request("anything")
+
+
+@pytest.mark.anyio
+async def test_a_runtime_flooding_requests_without_reading_fails_the_client_as_protocol(
+    tmp_path: Path,
+) -> None:
+    async with fake_runtime(tmp_path, FLOOD_AT="prompt") as fake:
+        with pytest.raises(DshProtocolError) as caught:
+            await one_turn(fake)
+        assert str(caught.value) == "the DSH SDK runtime left too many requests unanswered"
+        assert isinstance(fake.client.failure, DshProtocolError)
+        # The client stopped reading mid-flood, so asyncio paused the pipe: drain it to EOF,
+        # or ``Process.wait()`` (which waits for every pipe) would never return.
+        os.killpg(fake.proc.pid, signal.SIGKILL)
+        assert fake.proc.stdout is not None
+        while await fake.proc.stdout.read(1 << 16):
+            pass
 
 
 @pytest.mark.anyio

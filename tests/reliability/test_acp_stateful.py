@@ -162,9 +162,9 @@ def model(b: Behaviour) -> Expected:
         return Expected(start_hangs=True)
     if startup and b.fault in ("exit", "signal"):
         return Expected(start_failure=line(stage, exit_fact(b)))
-    if startup and b.fault in ("error", "garbage"):
+    if startup and b.fault == "error":
         return Expected(start_failure=line(stage, "transport"))
-    if startup and b.fault in ("huge", "missing-session"):
+    if startup and b.fault in ("garbage", "huge", "missing-session"):
         return Expected(start_failure=line(stage, "protocol"))
     if b.fault == "hang":
         return Expected()
@@ -184,7 +184,7 @@ def model(b: Behaviour) -> Expected:
             result=SubagentResult(output=text, stop_reason=StopReason.ERROR, diagnostic=diagnostic)
         )
     if b.fault in ("error", "garbage", "huge"):
-        category = "protocol" if b.fault == "huge" else "transport"
+        category = "transport" if b.fault == "error" else "protocol"
         diagnostic = join_lines(line("prompt", category), permission)
         return Expected(
             result=SubagentResult(output=text, stop_reason=StopReason.ERROR, diagnostic=diagnostic)

@@ -144,11 +144,11 @@ ACP_CASES = [
         {"HANG": "prompt", "TEXT": PARTIAL, "IGNORE_CANCEL": "1", "IGNORE_EOF": "1", "TRAP_TERM": "1", "GRANDCHILD": "trap-term"},
         RunHangs(PARTIAL), **PARKED,
     ),
-    # garbage frames: junk lines are skipped; a JSON frame that is not an object ends the SDK's connection
-    acp_case("garbage", "every-frame", {"GARBAGE": "1"}, completed(HELLO)),
-    acp_case("garbage", "initialize", {"GARBAGE_AT": "initialize"}, A("initialize", "transport")),
-    acp_case("garbage", "new-session", {"GARBAGE_AT": "new-session"}, A("new-session", "transport")),
-    acp_case("garbage", "prompt", {"GARBAGE_AT": "prompt"}, error("ACP", "prompt", "transport", HELLO)),
+    # garbage frames: the first stdout line that is not a JSON-RPC message fails the run at once
+    acp_case("garbage", "every-frame", {"GARBAGE": "1"}, A("initialize", "protocol")),
+    acp_case("garbage", "initialize", {"GARBAGE_AT": "initialize"}, A("initialize", "protocol")),
+    acp_case("garbage", "new-session", {"GARBAGE_AT": "new-session"}, A("new-session", "protocol")),
+    acp_case("garbage", "prompt", {"GARBAGE_AT": "prompt"}, error("ACP", "prompt", "protocol", HELLO)),
     # half-written lines
     acp_case("half-line-then-exit", "initialize", {"HALF_AT": "initialize"}, A("initialize", "process-exit", exit_code=1)),
     acp_case("half-line-then-hang", "new-session", {"HALF_AT": "new-session", "HALF_THEN": "hang"}, StartHangs("ACP")),

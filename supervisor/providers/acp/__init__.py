@@ -41,7 +41,7 @@ class Provider:
         return AcpRun(RunContext(self.name, self.config, request, trace))
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=ACP_VOCABULARY)
+KIND = ProviderKind(config=Config, provider=Provider, vocabulary=ACP_VOCABULARY, example=example_agent_config)
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 
 __all__ = ("KIND", "AcpRun", "Config", "Provider", "example_agent_config")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from pydantic import ValidationError
 
 from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor._telemetry import import_acp_untraced
@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection
 
     from supervisor.providers.acp._client import FrameObserver, UnattendedClient
-
-log = logging.getLogger("supervisor")
+    from supervisor.providers.acp._transport import StdioTransport
 
 CLIENT_NAME = "subagent-supervisor"
+# The SDK's modules that log through the root logger with module-level ``logging`` calls.
+ACP_SDK_MODULES = ("acp.connection", "acp._transport", "acp.task.sender", "acp.task.supervisor", "acp.stdio")
 CLOSE_TIMEOUT = 1.0
 
 # ACP stop reason -> (shared stop reason, failure line facts or None)
@@ -51,6 +52,7 @@ class AcpRun(ProviderRun[Config]):
         self._conn: ClientSideConnection | None = None
         self._client: UnattendedClient | None = None
         self._observer: FrameObserver | None = None
+        self._transport: StdioTransport | None = None
         self._session_id: str | None = None
 
     # -- start --------------------------------------------------------------------------
@@ -61,15 +63,22 @@ class AcpRun(ProviderRun[Config]):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
+        from supervisor import _sdk_logging
         from supervisor.providers.acp._client import FrameObserver, UnattendedClient
+        from supervisor.providers.acp._transport import StdioTransport
 
         self._client = UnattendedClient(
             policy=config.permission, output=CappedText(config.max_output_bytes), on_output=self.note_output
         )
         self._observer = FrameObserver()
-        self._conn = acp.connect_to_agent(
-            self._client, process.stdin, process.stdout, observers=[self._observer]
+        self._transport = StdioTransport(
+            process.stdout,
+            process.stdin,
+            max_frame_bytes=config.max_frame_bytes,
+            max_inflight=config.max_inflight_requests,
         )
+        with _sdk_logging.routed():  # every task the SDK spawns for this connection inherits it
+            self._conn = acp.connect_to_agent(self._client, self._transport, observers=[self._observer])
         try:
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
@@ -99,13 +108,20 @@ class AcpRun(ProviderRun[Config]):
 
     async def _startup_failure(self, exc: BaseException) -> FailureFacts:
         """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""
-        assert self.process is not None
-        if self.process.frame_too_large or isinstance(exc, ValidationError):
+        if self._protocol_fault() or isinstance(exc, ValidationError):
             return self.failure("protocol")
         exit_facts = await self._exit_within_grace()
         if exit_facts is not None:
             return self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
         return self.failure("transport")
+
+    def _protocol_fault(self) -> bool:
+        """Whether the wire ended on a protocol fault (oversized, non-JSON-RPC line, request flood)."""
+        assert self.process is not None
+        fault = self._transport.fault if self._transport is not None else None
+        if fault is not None:
+            raw_failure("run %s: ACP wire fault: %s", self.id, fault.value)
+        return self.process.frame_too_large or fault is not None
 
     async def _exit_within_grace(self) -> ExitFacts | None:
         """The child's exit facts if its stdout closed and it exits within the grace, else None.
@@ -130,11 +146,11 @@ class AcpRun(ProviderRun[Config]):
         except ValidationError as exc:
             # Only an out-of-vocabulary stop reason maps to the "unknown" row; any
             # other malformed result is a protocol failure.  The value is never copied.
-            log.info("run %s: malformed prompt result", self.id, exc_info=exc)
+            raw_failure("run %s: malformed prompt result", self.id, exc=exc)
             raw = self._raw_stop_reason()
             return self._stop_result(raw if raw is not None and raw not in _STOP_REASONS else None)
         except Exception as exc:
-            log.warning("run %s: prompt failed", self.id, exc_info=exc)
+            raw_failure("run %s: prompt failed", self.id, exc=exc)
             return await self._prompt_failure()
         return self._stop_result(str(response.stop_reason))
 
@@ -164,7 +180,7 @@ class AcpRun(ProviderRun[Config]):
     async def _prompt_failure(self) -> SubagentResult:
         permission = self._permission_line()
         assert self.process is not None
-        if self.process.frame_too_large:
+        if self._protocol_fault():
             self.fact(AcpEvent.PROMPT_FAILED)
             return self._error(self._line(self.failure("protocol"), permission))
         exit_facts = await self._exit_within_grace()
@@ -215,4 +231,7 @@ async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(import_acp_untraced)
+    from supervisor import _sdk_logging
+
+    _sdk_logging.install(ACP_SDK_MODULES, "logging")
     return import_acp_untraced()

@@ -29,7 +29,9 @@ from claude_agent_sdk import (
 )
 
 from machines.claude_code import CLAUDE_CODE_VOCABULARY, ClaudeCodeEvent, ClaudeCodeLifecycle
+from supervisor import _sdk_logging
 from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
@@ -40,6 +42,12 @@ from supervisor.providers.claude_code._transport import SupervisedTransport
 from supervisor.wire import CappedText, cap_text
 
 log = logging.getLogger("supervisor")
+# claude-agent-sdk modules whose ``logger`` may quote the CLI's frames (parse failures at ERROR).
+CLAUDE_SDK_MODULES = (
+    "claude_agent_sdk._internal.query",
+    "claude_agent_sdk._internal.message_parser",
+    "claude_agent_sdk._internal.transport.subprocess_cli",
+)
 
 T = TypeVar("T")
 
@@ -82,11 +90,14 @@ class ClaudeCodeRun(ProviderRun[Config]):
             max_frame_bytes=config.max_frame_bytes,
             on_spawned=self._spawned,
             on_decided=self._decided,
+            max_inflight_requests=config.max_inflight_requests,
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
+        _sdk_logging.install(CLAUDE_SDK_MODULES, "logger")
         try:
             # A CLI whose stdout ended can never answer ``initialize``: as good as exited.
-            outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
+            with _sdk_logging.routed():  # the SDK's tasks for this client log to supervisor.child
+                outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
         except Exception as exc:
@@ -122,9 +133,11 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     async def _drive(self) -> SubagentResult:
         try:
-            outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
+            with _sdk_logging.routed():
+                outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
         except Exception as exc:
-            log.warning("run %s: the Claude Code conversation failed", self.id, exc_info=exc)
+            log.warning("run %s: the Claude Code conversation failed", self.id)
+            raw_failure("run %s: the raw conversation failure", self.id, exc=exc)
             return await self._without_result(raised=True)
         if isinstance(outcome, ResultMessage):
             return self._result_of(outcome)
@@ -169,7 +182,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
             self.note_output()
             answer = cap_text(facts.result, self.config.max_output_bytes)
             return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
-        log.info(
+        raw_failure(
             "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",
             self.id,
             message.subtype,

@@ -27,7 +27,9 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import CLIConnectionError, Transport
 
+from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests
 
 log = logging.getLogger("supervisor")
 
@@ -57,8 +59,12 @@ class SupervisedTransport(Transport):
         max_frame_bytes: int,
         on_spawned: Callable[[ManagedProcess], None],
         on_decided: Decided,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> None:
         self._spec = spec
+        # Control requests handed to the SDK and not answered yet: the SDK handles each in
+        # a task of its own, so a CLI flooding them without reading fails the stream.
+        self._inbound = InboundRequests(max_inflight_requests)
         self._task_group = task_group
         self._max_frame_bytes = max_frame_bytes
         self._on_spawned = on_spawned
@@ -93,6 +99,16 @@ class SupervisedTransport(Transport):
         self.spawned.set()
 
     async def write(self, data: str) -> None:
+        await self._write(data)
+        if self._inbound.open > 0 and '"control_response"' in data:
+            try:
+                answered = json.loads(data).get("type") == "control_response"
+            except (ValueError, AttributeError):
+                answered = False
+            if answered:
+                self._inbound.answered()
+
+    async def _write(self, data: str) -> None:
         async with self._write_lock:
             process = self._process
             if not self._ready or process is None:
@@ -169,11 +185,18 @@ class SupervisedTransport(Transport):
                         return
                     failure = StreamFailure("the Claude Code CLI's output broke stream-json framing")
                     failure.__cause__ = exc
-                    log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid, exc_info=exc)
+                    log.warning("Claude Code CLI %d: unreadable stdout frame", process.pid)
+                    raw_failure("Claude Code CLI %d: the unreadable frame", process.pid, exc=exc)
                     self.stream_failure = failure
                     return
                 if message is None or await self._answered_here(message):
                     continue
+                if message.get("type") == "control_request" and not self._inbound.admit():
+                    log.warning("Claude Code CLI %d: too many unanswered control requests", process.pid)
+                    self.stream_failure = StreamFailure(
+                        "the Claude Code CLI left too many control requests unanswered"
+                    )
+                    return
                 if not self._closed:
                     # The SDK may have stopped listening: keep draining regardless.
                     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -203,7 +226,7 @@ class SupervisedTransport(Transport):
             "response": {"subtype": "success", "request_id": request_id, "response": response},
         }
         try:
-            await self.write(json.dumps(frame) + "\n")
+            await self._write(json.dumps(frame) + "\n")
         except CLIConnectionError as exc:
             log.debug("could not answer a Claude Code control request", exc_info=exc)
 

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import LineReader, ManagedProcess
@@ -223,7 +224,8 @@ class CodexRun(ProviderRun[Config]):
         try:
             result = self._notification(event)
         except ValidationError as exc:
-            log.warning("run %s: malformed %s notification: %s", self.id, event.method, exc)
+            log.warning("run %s: malformed notification", self.id)
+            raw_failure("run %s: malformed %.80r notification", self.id, event.method, exc=exc)
             result = self._failed(self.failure("unknown"))
         if result is not None:
             self._finish(result)
@@ -249,7 +251,8 @@ class CodexRun(ProviderRun[Config]):
             self._answers.delta(delta.item_id, delta.delta)
         elif method == "error":
             error = ErrorNotification.model_validate(params)
-            log.info("run %s: codex error (retry: %s): %s", self.id, error.will_retry, error.error.message)
+            log.info("run %s: codex error (retry: %s)", self.id, error.will_retry)
+            raw_failure("run %s: codex error: %s", self.id, error.error.message)
             if not error.will_retry:
                 self._final_error = error.error
         else:
@@ -280,7 +283,8 @@ class CodexRun(ProviderRun[Config]):
         if turn.status == "failed":
             error = turn.error or self._final_error
             if error is not None:
-                log.warning("run %s: codex turn failed: %s", self.id, error.message)
+                log.warning("run %s: codex turn failed", self.id)
+                raw_failure("run %s: codex turn failed: %s", self.id, error.message)
             verdict = classify(error.codex_error_info if error is not None else None)
             if verdict.sandbox_error:
                 self._decide("sandbox execution", "failed")
@@ -289,7 +293,8 @@ class CodexRun(ProviderRun[Config]):
             return self._failed(facts, stop_reason=stop)
         # interrupted without a local cancel (a local cancel never gets here), or a
         # status that is not terminal at all.
-        log.warning("run %s: codex turn ended with status %r", self.id, turn.status[:40])
+        log.warning("run %s: codex turn ended with a status that is not a success", self.id)
+        raw_failure("run %s: codex turn ended with status %r", self.id, turn.status[:40])
         return self._failed(self.failure("unknown"))
 
     def _failed(self, facts: FailureFacts, *, stop_reason: StopReason = StopReason.ERROR) -> SubagentResult:
@@ -312,7 +317,9 @@ class CodexRun(ProviderRun[Config]):
 
     def _answer_request(self, request: ServerRequest) -> Mapping[str, Any] | None:
         """Answer without granting authority; None for a request this client does not serve."""
-        log.info("run %s: codex asked %s; answering without granting authority", self.id, request.method)
+        raw_failure(
+            "run %s: codex asked %.80r; answering without granting authority", self.id, request.method
+        )
         answer = answer_request(request.method, request.params)
         if answer is None:
             log.warning("run %s: unsupported app-server request; the run fails", self.id)

@@ -22,7 +22,7 @@ is not a JSON object, the process gone) the wire closes once, with the first rea
 pending requests fail with :class:`WireClosed` and the owner's ``closed`` callback runs.
 
 ``str()`` of every error here is a fixed sentence.  What the app-server said (error
-codes and messages, payloads) stays on attributes and in the ``supervisor`` log.
+codes and messages, payloads) stays on attributes and in the ``supervisor.child`` log (DEBUG).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
 from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
 
@@ -275,10 +276,12 @@ class AppServerWire:
             log.warning("codex app-server: a frame exceeded max_frame_bytes")
             reason = CloseReason.FRAME_TOO_LARGE
         except _Malformed as exc:
-            log.warning("codex app-server: malformed frame: %s", exc)
+            log.warning("codex app-server: malformed frame")
+            raw_failure("codex app-server: malformed frame: %s", exc)
             reason = CloseReason.MALFORMED
         except (ConnectionError, OSError) as exc:
-            log.warning("codex app-server: reading stdout failed: %r", exc)
+            log.warning("codex app-server: reading stdout failed")
+            raw_failure("codex app-server: reading stdout failed", exc=exc)
             reason = CloseReason.READ_FAILED
         finally:
             self.close(reason)
@@ -314,19 +317,21 @@ class AppServerWire:
         request_id = frame["id"]
         pending = self._pending.get(request_id) if isinstance(request_id, int) else None
         if pending is None:
-            log.debug("codex app-server: a response to no pending request (%r)", request_id)
+            raw_failure("codex app-server: a response to no pending request (%.80r)", request_id)
             return
         if "error" in frame:
             error = frame["error"]
             code = error.get("code") if isinstance(error, Mapping) else None
             message = error.get("message") if isinstance(error, Mapping) else None
-            log.info("codex app-server answered %s with error %r: %r", pending.method, code, message)
+            log.info("codex app-server answered %s with an error", pending.method)
+            raw_failure("codex app-server answered %s with error %r: %r", pending.method, code, message)
             pending.settle(error=RpcError(pending.method, code, message))
             return
         try:
             value = pending.model.model_validate(frame["result"])
         except ValidationError as exc:
-            log.info("codex app-server: malformed %s result: %s", pending.method, exc)
+            log.info("codex app-server: malformed %s result", pending.method)
+            raw_failure("codex app-server: malformed %s result", pending.method, exc=exc)
             error = WireProtocolError(pending.method)
             error.__cause__ = exc
             pending.settle(error=error)
@@ -340,7 +345,8 @@ class AppServerWire:
         if result is not None:
             frame: dict[str, Any] = {"id": request.id, "result": dict(result)}
         else:
-            log.warning("codex app-server sent an unsupported request %r", request.method[:_LOGGED_CHARS])
+            log.warning("codex app-server sent an unsupported request")
+            raw_failure("codex app-server: the unsupported request: %r", request.method[:_LOGGED_CHARS])
             frame = {"id": request.id, "error": {"code": METHOD_NOT_FOUND, "message": "unsupported request"}}
         # If the stream is gone, the owner learns it from the close callback.
         with contextlib.suppress(WireClosed):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -32,6 +31,7 @@ from typing import Any, Final, Self, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from supervisor._logging import child_log
 from supervisor.process import DEFAULT_MAX_FRAME_BYTES
 from supervisor.providers.dsh_sdk._errors import (
     DshError,
@@ -61,11 +61,19 @@ from supervisor.providers.dsh_sdk._fold import (
 )
 from supervisor.providers.dsh_sdk._streams import AsyncioLineReader, AsyncioLineWriter, LineSink, LineSource
 from supervisor.providers.dsh_sdk._subscription import Subscription
-from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
+from supervisor.wire import (
+    DEFAULT_MAX_INFLIGHT_REQUESTS,
+    CloseOnce,
+    FrameWriter,
+    InboundRequests,
+    Pending,
+    PendingRequests,
+    encode_frame,
+    is_request_id,
+)
 
 __all__ = ["SERVER_NAME", "DshClient"]
 
-_log = logging.getLogger("supervisor")
 
 SERVER_NAME: Final = "deepseek-harness-sdk-runtime"
 """The ``serverInfo.name`` a DSH SDK runtime reports from ``initialize``."""
@@ -86,7 +94,7 @@ def _encode(frame: Mapping[str, object]) -> bytes:
 
 
 def _ignored(why: str, raw: object) -> None:
-    _log.debug("DSH SDK wire: ignored a frame (%s): %.*r", why, _LOGGED_FRAME_CHARS, raw)
+    child_log.debug("DSH SDK wire: ignored a frame (%s): %.*r", why, _LOGGED_FRAME_CHARS, raw)
 
 
 # --------------------------------------------------------------------------- client
@@ -102,7 +110,9 @@ class DshClient:
 
     ``max_frame_bytes`` bounds one line from stdout (a longer one fails the client with
     :class:`DshProtocolError`); ``max_buffered_bytes`` bounds what one turn may buffer
-    while its prompt's response is outstanding (default: four frames).
+    while its prompt's response is outstanding (default: four frames);
+    ``max_inflight_requests`` bounds the runtime's requests awaiting this client's answer
+    (more at once fail the client with :class:`DshProtocolError`).
     """
 
     def __init__(
@@ -113,6 +123,7 @@ class DshClient:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_buffered_bytes: int | None = None,
         server_name: str = SERVER_NAME,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> None:
         if max_frame_bytes <= 0:
             raise ValueError("max_frame_bytes must be positive")
@@ -134,6 +145,7 @@ class DshClient:
         self._answers: TaskGroup | None = None
         self._own_group: TaskGroup | None = None
         self._shutdown: _ShutdownState | None = None
+        self._inbound = InboundRequests(max_inflight_requests)
 
     @classmethod
     def from_asyncio_streams(
@@ -143,12 +155,14 @@ class DshClient:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_buffered_bytes: int | None = None,
+        max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
     ) -> DshClient:
         return cls(
             AsyncioLineReader(stdout, max_frame_bytes=max_frame_bytes),
             AsyncioLineWriter(stdin),
             max_frame_bytes=max_frame_bytes,
             max_buffered_bytes=max_buffered_bytes,
+            max_inflight_requests=max_inflight_requests,
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -227,6 +241,8 @@ class DshClient:
                 self._fail(DshProtocolError("a frame from the DSH SDK runtime exceeds max_frame_bytes"))
                 return
             self._dispatch(line)
+            if self._close.closed:
+                return
 
     def _fail(self, error: DshError) -> None:
         """The first client-wide failure closes the client (later ones are ignored)."""
@@ -234,7 +250,7 @@ class DshClient:
 
     def _failed_now(self, error: DshError) -> None:
         if not isinstance(error, DshTransportClosed) or error.reason != "stopped":
-            _log.debug("DSH SDK wire: client failed: %s", error, exc_info=error.__cause__)
+            child_log.debug("DSH SDK wire: client failed: %s", error, exc_info=error.__cause__)
         self._pending.fail_all(error.again)
         for subscription in self._subscriptions:
             subscription.fail(error)
@@ -277,14 +293,22 @@ class DshClient:
             _ignored("neither request, response nor notification", stripped)
 
     def _answer_unknown_request(self, request_id: object) -> None:
+        if self._answers is None or self._close.closed or self._input_closed:
+            return
+        if not self._inbound.admit():  # each answer costs a task: the runtime is not reading
+            self._inbound.answered()
+            self._fail(DshProtocolError("the DSH SDK runtime left too many requests unanswered"))
+            return
         error = {"code": _METHOD_NOT_FOUND, "message": "method not found"}
         frame = {"jsonrpc": "2.0", "id": request_id, "error": error}
-        if self._answers is not None and not self._close.closed and not self._input_closed:
-            self._answers.start_soon(self._send_quietly, _encode(frame))
+        self._answers.start_soon(self._send_quietly, _encode(frame))
 
     async def _send_quietly(self, data: bytes) -> None:
-        with suppress(DshError):
-            await self._send(data)
+        try:
+            with suppress(DshError):
+                await self._send(data)
+        finally:
+            self._inbound.answered()
 
     def _settle_response(self, request_id: str | None, frame: dict[str, Any]) -> None:
         pending = self._pending.get(request_id) if request_id is not None else None
@@ -404,7 +428,7 @@ class DshClient:
         if result is None:
             raise DshProtocolError("initialize returned no server identity")
         if result.serverInfo.name != self._server_name:
-            _log.debug(
+            child_log.debug(
                 "DSH SDK wire: unexpected server identity %.*r", _LOGGED_FRAME_CHARS, result.serverInfo.name
             )
             raise DshProtocolError("initialize answered with an unexpected server identity")

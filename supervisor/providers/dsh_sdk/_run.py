@@ -21,11 +21,10 @@ import logging
 from typing import Final
 
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
+from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor.providers.dsh_sdk._client import (
-    DshClient,
-)
+from supervisor.providers.dsh_sdk._client import DshClient
 from supervisor.providers.dsh_sdk._config import Config
 from supervisor.providers.dsh_sdk._errors import (
     DshError,
@@ -99,7 +98,10 @@ class DshSdkRun(ProviderRun[Config]):
         # cannot be started is a closed transport.
         process = await self.spawn_child(spec, failed_as="transport")
         client = DshClient.from_asyncio_streams(
-            process.stdout, process.stdin, max_frame_bytes=config.max_frame_bytes
+            process.stdout,
+            process.stdin,
+            max_frame_bytes=config.max_frame_bytes,
+            max_inflight_requests=config.max_inflight_requests,
         )
         self._client = client
         await self.task_group.start(client.serve)
@@ -145,7 +147,7 @@ class DshSdkRun(ProviderRun[Config]):
         self.fact(DshSdkEvent.ROOT_IDLE)
         turn_end = outcome.turn_end
         if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:
-            log.info(
+            raw_failure(
                 "run %s: the DSH SDK runtime ended the turn with an unknown kind %.*r",
                 self.id,
                 _LOGGED_CHARS,
@@ -187,8 +189,9 @@ class DshSdkRun(ProviderRun[Config]):
 
     def _log_failure(self, step: str, error: BaseException) -> None:
         """The raw failure, for the host log only (never for a result or an error's text)."""
+        log.warning("run %s: %s failed (%s)", self.id, step, type(error).__name__)
         if isinstance(error, DshRpcError):
-            log.warning(
+            raw_failure(
                 "run %s: %s: the DSH SDK runtime answered %s with JSON-RPC error %d: %.*r (data: %.*r)",
                 self.id,
                 step,
@@ -200,10 +203,10 @@ class DshSdkRun(ProviderRun[Config]):
                 error.data,
             )
         else:
-            log.warning("run %s: %s failed: %r", self.id, step, error, exc_info=error)
+            raw_failure("run %s: %s failed: %r", self.id, step, error, exc=error)
         tail = self.process.stderr_tail if self.process is not None else b""
         if tail and isinstance(error, DshTransportClosed):
-            log.info(
+            raw_failure(
                 "run %s: the DSH SDK runtime's stderr tail:\n%s",
                 self.id,
                 tail.decode("utf-8", "replace"),

@@ -1,0 +1,110 @@
+"""The ACP SDK's message transport over the child's stdio, with the parent's own bounds.
+
+The SDK's stdio transport skips a line that is not JSON (logging it with the child's
+text) and dispatches every child-to-client request as a task of its own, without
+limit.  This transport, handed to ``connect_to_agent`` instead of the raw streams:
+
+* reads through the one bounded line reader;
+* ends the stream at the first line that is not a JSON-RPC message, recording a
+  protocol fault (the run fails at once, instead of waiting on a child that talks
+  garbage);
+* counts child-to-client requests not yet answered and ends the stream when more than
+  ``max_inflight`` are open at once (a child that floods requests without reading our
+  answers cannot grow the parent's memory).
+
+Ending the stream makes the SDK reject every pending request with a connection error;
+the run then reads :attr:`StdioTransport.fault` to classify the failure as ``protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from typing import Any
+
+import anyio
+
+from supervisor._logging import raw_failure
+from supervisor.process import FrameTooLarge, LineReader
+from supervisor.wire import InboundRequests
+
+
+class WireFault(enum.Enum):
+    NOT_JSON_RPC = "a stdout line that is not a JSON-RPC message"
+    TOO_MANY_REQUESTS = "too many unanswered child-to-client requests"
+    FRAME_TOO_LARGE = "a stdout line over max_frame_bytes"
+
+
+def is_json_rpc(message: object) -> bool:
+    """Whether ``message`` is a JSON-RPC 2.0 request, notification or response."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return False
+    if "method" in message:
+        return isinstance(message["method"], str) and isinstance(message.get("params"), dict | list | None)
+    return "id" in message and ("result" in message) != ("error" in message)
+
+
+class StdioTransport:
+    """An ``acp`` message transport (``send``/``receive``/``close``) over the child's pipes."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_frame_bytes: int,
+        max_inflight: int,
+    ) -> None:
+        self._lines = LineReader(reader, max_frame_bytes)
+        self._writer = writer
+        self._inbound = InboundRequests(max_inflight)
+        self._write_lock = anyio.Lock()
+        self._ended = False
+        self.fault: WireFault | None = None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+        async with self._write_lock:
+            if self._writer.is_closing():  # asyncio would drop the data and warn on stderr
+                raise ConnectionResetError("the child's stdin is closed")
+            self._writer.write(data)
+            await self._writer.drain()
+        if "method" not in message:  # our answer to a child's request
+            self._inbound.answered()
+
+    async def receive(self) -> dict[str, Any] | None:
+        while not self._ended:
+            try:
+                line = await self._lines.read_line()
+            except FrameTooLarge:
+                self._end(WireFault.FRAME_TOO_LARGE)
+                break
+            if line is None or self._lines.exhausted:  # a line cut short by EOF: the child died
+                self._end(None)
+                break
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError as exc:
+                raw_failure("ACP child: unparsable stdout line: %.200r", line, exc=exc)
+                self._end(WireFault.NOT_JSON_RPC)
+                break
+            if not is_json_rpc(message):
+                raw_failure("ACP child: not a JSON-RPC message: %.200r", message)
+                self._end(WireFault.NOT_JSON_RPC)
+                break
+            if "method" in message and "id" in message and not self._inbound.admit():
+                self._end(WireFault.TOO_MANY_REQUESTS)
+                break
+            return dict(message)
+        return None
+
+    def _end(self, fault: WireFault | None) -> None:
+        self._ended = True
+        if self.fault is None:
+            self.fault = fault
+
+    async def close(self) -> None:
+        self._ended = True
