@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import errno
 import logging
 import os
 import shutil
@@ -460,14 +461,30 @@ def _command(spec: SpawnSpec, enclosure: Enclosure) -> list[str]:
 
 
 def _check_program(spec: SpawnSpec) -> None:
-    """Fail a missing program here, as the OS would: a shim in front of it cannot."""
+    """Fail a program that cannot be executed here, with the error ``execve`` would give:
+    an entry shim in front of it would otherwise turn it into an exit status."""
     program = spec.argv[0]
-    path = spec.env.get("PATH", os.defpath)
     if os.sep in program:
-        where = os.path.join(spec.cwd, program)
-        found = os.path.isfile(where) and os.access(where, os.X_OK)
+        where: str | None = os.path.join(spec.cwd, program)
     else:
-        found = shutil.which(program, path=path) is not None
-    if not found:
-        error = FileNotFoundError(2, "No such file or directory", program)
-        raise SpawnFailed(f"could not start {program!r}: {error!r}") from error
+        where = shutil.which(program, path=spec.env.get("PATH", os.defpath))
+    error = _exec_error(where)
+    if error is not None:
+        exc = OSError(error, os.strerror(error), program)
+        raise SpawnFailed(f"could not start {program!r}: {exc!r}") from exc
+
+
+def _exec_error(where: str | None) -> int | None:
+    """The errno ``execve(where)`` would fail with, as far as it can be told beforehand."""
+    if where is None or not os.path.exists(where):
+        return errno.ENOENT
+    if os.path.isdir(where) or not os.access(where, os.X_OK):
+        return errno.EACCES
+    try:
+        with open(where, "rb") as file:
+            magic = file.read(4)
+    except OSError:  # executable but unreadable to us: only execve can tell
+        return None
+    if magic != b"\x7fELF" and not magic.startswith(b"#!"):
+        return errno.ENOEXEC
+    return None

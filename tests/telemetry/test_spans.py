@@ -79,7 +79,7 @@ async def test_a_run_is_one_client_span_with_closed_attributes_and_every_transit
         "tree_exited",
         "tree_gone",
     ]
-    assert {attributes["machine"] for _, attributes in events} == {"AcpLifecycle", "TeardownLadder"}
+    assert {attributes["machine"] for _, attributes in events} == {"lifecycle", "ladder"}
 
 
 async def test_a_failing_child_sets_error_type_to_the_failure_category(traced: Traced) -> None:
