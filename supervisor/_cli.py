@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
+from supervisor import _batch_cli
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import ConfigError, Entry, load_file
 from supervisor._consumers import headline
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     diagrams.add_argument("--svg", metavar="DIR", type=Path, help="also render SVGs here (needs graphviz)")
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
+    _batch_cli.add_parser(commands)
     return parser
 
 
@@ -328,6 +330,11 @@ def _providers() -> int:
     return EXIT_OK
 
 
+def _batch(args: argparse.Namespace) -> int:
+    _configure_logging(args.verbose)
+    return _batch_cli.command(args)
+
+
 def _configure_logging(verbose: bool) -> None:
     logger = logging.getLogger("supervisor")
     logger.propagate = False
@@ -354,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _diagrams(args)
         if args.command == "providers":
             return _providers()
+        if args.command == "batch" and not command:
+            return _batch(args)
         if command and args.command != "run":
             return _usage("-- COMMAND is only for `run`")
         plan = _plan(args, command)
