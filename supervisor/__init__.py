@@ -8,6 +8,10 @@ and, for failures only, a diagnostic built from closed facts.  Runs on anyio's
 from __future__ import annotations
 
 from supervisor._abort import AbortSignal as AbortSignal
+from supervisor._batch import BatchError as BatchError
+from supervisor._batch import BatchItem as BatchItem
+from supervisor._batch import BatchRecord as BatchRecord
+from supervisor._batch import batch as batch
 from supervisor._consumers import JobOutcome as JobOutcome
 from supervisor._consumers import JobStatus as JobStatus
 from supervisor._consumers import foreground_text as foreground_text
@@ -37,6 +41,9 @@ from supervisor.process import StderrMode as StderrMode
 __all__ = (
     "MAX_DIAGNOSTIC_BYTES",
     "AbortSignal",
+    "BatchError",
+    "BatchItem",
+    "BatchRecord",
     "Capabilities",
     "ConfigurationError",
     "DuplicateProvider",
@@ -57,6 +64,7 @@ __all__ = (
     "SubagentResult",
     "TeardownFailed",
     "UnsupportedCapability",
+    "batch",
     "bound_diagnostic",
     "foreground_text",
     "job_outcome",
