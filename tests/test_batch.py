@@ -17,7 +17,7 @@ import anyio
 import psutil
 import pytest
 
-from supervisor import AbortSignal, BatchError, BatchRecord, batch
+from supervisor import AbortSignal, BatchError, BatchRecord, StderrMode, batch
 from supervisor._batch import BatchEvents
 from supervisor._batch_progress import BatchProgress
 from tests.conftest import CHILDREN, PYTHON, SESSION_TAG, SESSION_VARIABLE
