@@ -322,10 +322,9 @@ async def test_aborting_the_python_api_cancels_the_running_runs(tmp_path: Path) 
     from supervisor.providers.acp import Config, Provider
 
     registry = Registry()
-    hang = {"ACP_CHILD_HANG": "1", "ACP_CHILD_READY_FILE": str(tmp_path / "ready")}
-    registry.register(
-        Provider(Config(command=PYTHON, args=["-I", ACP_CHILD], env=hang, stderr="log"), name="h")
-    )
+    hang: dict[str, str | None] = {"ACP_CHILD_HANG": "1", "ACP_CHILD_READY_FILE": str(tmp_path / "ready")}
+    config = Config(command=PYTHON, args=["-I", ACP_CHILD], env=hang, stderr=StderrMode.LOG)
+    registry.register(Provider(config, name="h"))
     abort = AbortSignal()
     items = [{"id": f"h{i}", "task": "x"} for i in range(4)]
     seen: list[str] = []
