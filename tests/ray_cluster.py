@@ -5,7 +5,8 @@ Run as its own process (``python ray_cluster.py TEMP_DIR N``); it prints one JSO
 ``{"address": ..., "nodes": [{"node_id": ..., "raylet_pid": ...}, ...]}`` (the head first)
 once every node has joined, then reads commands on stdin, one per line:
 
-- ``kill N``: kill worker node N (1-based) at once, as a crashed machine would go;
+- ``kill N``: kill worker node N (1-based) at once, as a crashed machine would go, then
+  add a fresh worker node in its place (answers ``killed``);
 - ``quit`` or EOF: shut the whole cluster down and exit.
 
 Every node has 1 CPU and a 100 MiB object store, and keeps to loopback: the caller must
@@ -59,7 +60,10 @@ def main() -> int:
         for line in sys.stdin:
             command = line.split()
             if command[:1] == ["kill"]:
-                cluster.remove_node(nodes[int(command[1])], allow_graceful=False)
+                index = int(command[1])
+                cluster.remove_node(nodes[index], allow_graceful=False)
+                nodes[index] = cluster.add_node(**node_args)
+                cluster.wait_for_nodes()
                 sys.stdout.write("killed\n")
                 sys.stdout.flush()
             elif command[:1] == ["quit"]:
