@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A local Ray cluster on 127.0.0.1 for the tests and benchmarks: a head and N worker nodes.
 
-Run as its own process (``python ray_cluster.py TEMP_DIR N``); it prints one JSON line
+Run as its own process (``python ray_cluster.py TEMP_DIR N [HEAD_CPUS]``; the head has 1
+CPU unless told otherwise, e.g. 0 to keep tasks off it); it prints one JSON line
 ``{"address": ..., "nodes": [{"node_id": ..., "raylet_pid": ...}, ...]}`` (the head first)
 once every node has joined, then reads commands on stdin, one per line:
 
 - ``kill N``: kill worker node N (1-based) at once, as a crashed machine would go, then
   add a fresh worker node in its place (answers ``killed``);
+- ``add``: add a worker node (answers ``added``);
 - ``quit`` or EOF: shut the whole cluster down and exit.
 
 Every node has 1 CPU and a 100 MiB object store, and keeps to loopback: the caller must
@@ -27,6 +29,7 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 def main() -> int:
     base, workers = sys.argv[1], int(sys.argv[2])
+    head_cpus = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     # A shell's background job ignores SIGINT and every Ray process would inherit that,
     # and ``ray.cancel`` raises KeyboardInterrupt in a task through the SIGINT handler.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -42,7 +45,7 @@ def main() -> int:
     }
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**node_args, "temp_dir": temp_dir, "include_dashboard": False},
+        head_node_args={**node_args, "num_cpus": head_cpus, "temp_dir": temp_dir, "include_dashboard": False},
     )
     nodes: list[Any] = [cluster.head_node]
     for _ in range(workers):
@@ -65,6 +68,11 @@ def main() -> int:
                 nodes[index] = cluster.add_node(**node_args)
                 cluster.wait_for_nodes()
                 sys.stdout.write("killed\n")
+                sys.stdout.flush()
+            elif command[:1] == ["add"]:
+                nodes.append(cluster.add_node(**node_args))
+                cluster.wait_for_nodes()
+                sys.stdout.write("added\n")
                 sys.stdout.flush()
             elif command[:1] == ["quit"]:
                 break
