@@ -31,7 +31,9 @@ import anyio
 from supervisor._abort import AbortSignal
 from supervisor._batch import BatchError, BatchEvents, BatchJob, BatchRecord, Outcome, run_job
 
+log = logging.getLogger("supervisor")
 WORKER_LOST = "worker lost"
+TASK_FAILED = "the supervisor failed inside its Ray task"
 # How long the driver waits for cancelled tasks to finish their teardown on their node.
 CANCEL_BOUND_S = 60.0
 _POLL_S = 0.05
@@ -137,7 +139,8 @@ async def ray_outcomes(
         except RayTaskError as exc:
             if isinstance(exc.cause, KeyboardInterrupt | TaskCancelledError):
                 return None
-            raise
+            log.error("batch item %s: its Ray task failed", item_id, exc_info=exc)
+            return BatchError(id=item_id, error=TASK_FAILED)
         except RayError:
             return BatchError(id=item_id, error=WORKER_LOST)
         return None if document is None else BatchRecord.model_validate(document)
