@@ -4,7 +4,7 @@ Run: python -m benchmarks.bench_batch_ray
 
 - per-task overhead: one example-agent task through Ray (submit to record back) minus the
   same task run locally by the same process, interleaved, medians of 30;
-- throughput: 12 tasks whose child sleeps 1 s before answering, on 1 worker node, then
+- throughput: 16 tasks whose child sleeps 1 s before answering, on 1 worker node, then
   on 2 (a node added to the same cluster): wall(1 node) / wall(2 nodes).
 """
 
@@ -29,6 +29,7 @@ from supervisor.providers.acp import Config, Provider
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = ROOT / "tests" / "ray_cluster.py"
 ACP_CHILD = ROOT / "tests" / "children" / "acp_child.py"
+TASKS = 16
 
 
 def sleeper_registry() -> Registry:
@@ -63,7 +64,7 @@ async def measure(address: str, helper: subprocess.Popen[str]) -> None:
     print(f"per-task overhead of Ray (median difference): {(rm - lm) * 1000:.1f} ms")
 
     registry = sleeper_registry()
-    items = [{"id": f"s{i}", "task": "x"} for i in range(12)]
+    items = [{"id": f"s{i}", "task": "x"} for i in range(TASKS)]
     one, records = await timed(items, registry=registry, ray=address)
     nodes_one = {r.ray_node for r in records}
     assert helper.stdin is not None
@@ -71,11 +72,12 @@ async def measure(address: str, helper: subprocess.Popen[str]) -> None:
     helper.stdin.write("add\n")
     helper.stdin.flush()
     assert helper.stdout.readline() == "added\n"
-    items = [{"id": f"t{i}", "task": "x"} for i in range(12)]
+    await timed([{"id": f"w{i}", "task": "x"} for i in range(4)], ray=address)  # warm the new node's worker
+    items = [{"id": f"t{i}", "task": "x"} for i in range(TASKS)]
     two, records = await timed(items, registry=registry, ray=address)
     nodes_two = {r.ray_node for r in records}
-    print(f"12 one-second tasks: 1 worker node {one:.2f} s ({len(nodes_one)} node used)")
-    print(f"12 one-second tasks: 2 worker nodes {two:.2f} s ({len(nodes_two)} nodes used)")
+    print(f"{TASKS} one-second tasks: 1 worker node {one:.2f} s ({len(nodes_one)} node used)")
+    print(f"{TASKS} one-second tasks: 2 worker nodes {two:.2f} s ({len(nodes_two)} nodes used)")
     print(f"throughput 2 nodes / 1 node = {one / two:.2f}x")
 
 

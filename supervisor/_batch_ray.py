@@ -126,8 +126,10 @@ async def ray_outcomes(
     task = ray.remote(remote_run).options(
         num_cpus=num_cpus, max_retries=_LOST_RETRIES if retry_lost else 0, retry_exceptions=False
     )
+    # Twice what the cluster can run at once: a node that frees a CPU finds the next task
+    # already queued there instead of waiting for a round trip to this driver.
     capacity = float(ray.cluster_resources().get("CPU", 1))
-    window = max(1, int(capacity / num_cpus))
+    window = 2 * max(1, int(capacity / num_cpus))
     pending: dict[Any, str] = {}  # ObjectRef -> item id
     exhausted = False
 
