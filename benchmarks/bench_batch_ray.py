@@ -76,8 +76,10 @@ async def measure(address: str, helper: subprocess.Popen[str]) -> None:
     items = [{"id": f"t{i}", "task": "x"} for i in range(TASKS)]
     two, records = await timed(items, registry=registry, ray=address)
     nodes_two = {r.ray_node for r in records}
+    split = sorted(sum(1 for r in records if r.ray_node == node) for node in nodes_two)
     print(f"{TASKS} one-second tasks: 1 worker node {one:.2f} s ({len(nodes_one)} node used)")
-    print(f"{TASKS} one-second tasks: 2 worker nodes {two:.2f} s ({len(nodes_two)} nodes used)")
+    used = f"{len(nodes_two)} nodes used, tasks per node {split}"
+    print(f"{TASKS} one-second tasks: 2 worker nodes {two:.2f} s ({used})")
     print(f"throughput 2 nodes / 1 node = {one / two:.2f}x")
 
 
