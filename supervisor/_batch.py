@@ -29,6 +29,7 @@ from supervisor._abort import AbortSignal
 from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._registry import Provider, Registry, require_asyncio
+from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import CwdError, check_directory
 
@@ -112,10 +113,14 @@ class BatchJob:
 
 @dataclass
 class BatchEvents:
-    """Observers a caller may set (progress): a run started, a run was cancelled."""
+    """Observers a caller may set (progress): a run started, a run was cancelled.
+
+    ``live`` holds the runs of this process in flight (a second Ctrl-C force-kills them).
+    """
 
     started: Callable[[str], None] = lambda _id: None
     cancelled: Callable[[str], None] = lambda _id: None
+    live: set[ProviderRun] = field(default_factory=set)
 
 
 # -- items -----------------------------------------------------------------------------
@@ -205,9 +210,22 @@ def _describe(exc: ValidationError) -> str:
 # -- one run ---------------------------------------------------------------------------
 
 
-async def run_job(job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None) -> BatchRecord | None:
+async def run_job(
+    job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[ProviderRun] | None = None
+) -> BatchRecord | None:
     """Start, settle and dispose one run; None when ``abort`` cancelled it before it finished."""
     run = job.provider.create_run(job.request)
+    live = live if live is not None else set()
+    live.add(run)
+    try:
+        return await _run_and_record(job, run, abort, ray_node)
+    finally:
+        live.discard(run)
+
+
+async def _run_and_record(
+    job: BatchJob, run: ProviderRun, abort: AbortSignal, ray_node: str | None
+) -> BatchRecord | None:
     began = time.monotonic()
     result: SubagentResult | None = None
     start_error: StartFailed | None = None
@@ -266,7 +284,6 @@ class _Source:
     items: Iterator[BatchJob | BatchError]
     abort: AbortSignal
     exhausted: bool = False
-    taken: int = 0
     skip: frozenset[str] = field(default_factory=frozenset)
 
     def next(self) -> BatchJob | BatchError | None:
@@ -277,7 +294,6 @@ class _Source:
                 return None
             if item.id in self.skip:
                 continue
-            self.taken += 1
             return item
         return None
 
@@ -366,7 +382,7 @@ async def _local(
                     await out.send(item)
                     continue
                 events.started(item.id)
-                record = await run_job(item, abort)
+                record = await run_job(item, abort, live=events.live)
                 if record is None:
                     events.cancelled(item.id)
                 else:

@@ -3,7 +3,8 @@
 Exit status: 0 every item completed; 1 any did not (a failed run, a failed start, a bad
 line); 2 a usage or configuration error found before anything ran; 130 Ctrl-C, 143
 SIGTERM, 129 SIGHUP (running runs are cancelled and torn down, finished records kept,
-runs that did not finish are not written, so ``--resume`` runs them again).
+runs that did not finish are not written, so ``--resume`` runs them again; a second
+Ctrl-C skips the graces of the local runs' teardown and kills their trees at once).
 """
 
 from __future__ import annotations
@@ -135,9 +136,12 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[str], 
                     if not cause:
                         cause.append(signal.Signals(signum))
                         abort.abort()
+                    elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces (local runs)
+                        for run in list(events.live):
+                            run.force_kill()
 
-        tg.start_soon(watch_signals)
         events = BatchEvents(started=progress.started, cancelled=progress.cancelled_run)
+        tg.start_soon(watch_signals)
         try:
             async for outcome in batch(
                 lines,

@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,22 +104,38 @@ def clean_up(procs: list[psutil.Process]) -> None:
 EXEMPT_ROOTS: set[int] = set()
 
 
-def exempt(proc: psutil.Process) -> bool:
-    if not EXEMPT_ROOTS:
-        return False
-    try:
-        if "SUBAGENT_SUPERVISOR_RUN" in proc.environ():
+def exempt_pids() -> set[int]:
+    """The exempt roots and their descendants, less any process carrying a run tag."""
+    found: set[int] = set()
+    for pid in EXEMPT_ROOTS:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                if not _carries_run_tag(proc):
+                    found.add(proc.pid)
+    return found
+
+
+def _carries_run_tag(proc: psutil.Process) -> bool:
+    for _ in range(3):  # a process in the middle of an exec may not show its environment yet
+        try:
+            return "SUBAGENT_SUPERVISOR_RUN" in proc.environ()
+        except psutil.NoSuchProcess:
             return False
-        return proc.pid in EXEMPT_ROOTS or any(p.pid in EXEMPT_ROOTS for p in proc.parents())
-    except (psutil.Error, OSError):
-        return False
+        except (psutil.Error, OSError):
+            time.sleep(0.05)
+    return True
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     yield
-    left = [p for p in leftovers() if p.pid not in before and not exempt(p)]
+    new = [p for p in leftovers() if p.pid not in before]
+    if EXEMPT_ROOTS:  # after the scan, so a process it found is in this snapshot of the tree
+        passed_over = exempt_pids()
+        new = [p for p in new if p.pid not in passed_over and p.is_running()]
+    left = new
     report = "\n".join(describe(p) for p in left)
     if left:
         clean_up(left)

@@ -7,7 +7,7 @@ CPU unless told otherwise, e.g. 0 to keep tasks off it); it prints one JSON line
 once every node has joined, then reads commands on stdin, one per line:
 
 - ``kill N``: kill worker node N (1-based) at once, as a crashed machine would go, then
-  add a fresh worker node in its place (answers ``killed``);
+  add a fresh worker node in its place (answers ``killed`` and the new node's facts);
 - ``add``: add a worker node (answers ``added``);
 - ``quit`` or EOF: shut the whole cluster down and exit.
 
@@ -25,6 +25,10 @@ import sys
 from typing import Any
 
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
+
+
+def describe(node: Any) -> dict[str, Any]:
+    return {"node_id": node.node_id, "raylet_pid": node.all_processes["raylet"][0].process.pid}
 
 
 def main() -> int:
@@ -67,7 +71,7 @@ def main() -> int:
                 cluster.remove_node(nodes[index], allow_graceful=False)
                 nodes[index] = cluster.add_node(**node_args)
                 cluster.wait_for_nodes()
-                sys.stdout.write("killed\n")
+                sys.stdout.write("killed " + json.dumps(describe(nodes[index])) + "\n")
                 sys.stdout.flush()
             elif command[:1] == ["add"]:
                 nodes.append(cluster.add_node(**node_args))

@@ -37,16 +37,30 @@ BATCH = [sys.executable, "-m", "supervisor._cli", "batch"]
 class Cluster:
     helper: subprocess.Popen[str]
     address: str
-    node_ids: list[str]
+    nodes: list[dict[str, Any]]
     env: dict[str, str]
 
+    @property
+    def node_ids(self) -> list[str]:
+        return [node["node_id"] for node in self.nodes]
+
     def kill_worker(self, index: int) -> None:
+        """Kill worker node ``index`` (the helper adds a fresh one) and reap what it left.
+
+        Earlier tests make this process a child subreaper, so the killed node's processes
+        (its workers, agents) are adopted here, not by init: wait for them and reap them.
+        """
         stdin, stdout = self.helper.stdin, self.helper.stdout
         assert stdin is not None
         assert stdout is not None
+        doomed = _tree(self.nodes[index]["raylet_pid"])
         stdin.write(f"kill {index}\n")
         stdin.flush()
-        assert _readline(stdout, STARTUP_BOUND_S) == "killed\n"
+        answer = _readline(stdout, STARTUP_BOUND_S)
+        assert answer.startswith("killed ")
+        self.nodes[index] = json.loads(answer.removeprefix("killed "))
+        _, alive = psutil.wait_procs(doomed, timeout=60)
+        assert alive == [], "the killed node's processes outlived it"
 
 
 def _readline(stream: IO[str], bound: float) -> str:
@@ -75,9 +89,9 @@ def cluster() -> Iterator[Cluster]:
         line = _readline(helper.stdout, STARTUP_BOUND_S)
         assert line, "the Ray cluster did not start"
         facts = json.loads(line)
-        yield Cluster(helper, facts["address"], [n["node_id"] for n in facts["nodes"]], env)
+        yield Cluster(helper, facts["address"], facts["nodes"], env)
     finally:
-        family = _family(helper.pid)
+        family = _tree(helper.pid)
         assert helper.stdin is not None
         helper.stdin.close()  # EOF: shut the cluster down
         try:
@@ -85,7 +99,8 @@ def cluster() -> Iterator[Cluster]:
         finally:
             if helper.stdout is not None:
                 helper.stdout.close()
-            survivors = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            # Reaps what was adopted here (see kill_worker); kills only what outlived the shutdown.
+            _, survivors = psutil.wait_procs(family, timeout=30)
             for proc in survivors:
                 proc.kill()
             psutil.wait_procs(survivors, timeout=10)
@@ -94,10 +109,11 @@ def cluster() -> Iterator[Cluster]:
         assert survivors == [], "Ray processes outlived the cluster's shutdown"
 
 
-def _family(pid: int) -> list[psutil.Process]:
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and its descendants."""
     try:
         root = psutil.Process(pid)
-        return root.children(recursive=True)
+        return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
 
