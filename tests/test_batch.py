@@ -41,12 +41,13 @@ RECORD_KEYS = {
 }
 
 
-def entry(name: str, env: dict[str, str], *, timed: bool = False) -> str:
+def entry(name: str, env: dict[str, str], *, timed: bool = False, grace_ms: int = 2000) -> str:
     args = [TIMED, PYTHON, "-I", ACP_CHILD] if timed else ["-I", ACP_CHILD]
     pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
     return (
         f'[[provider]]\nkind = "acp"\nname = "{name}"\ncommand = {json.dumps(PYTHON)}\n'
-        f"args = {json.dumps(args)}\nenv = {{ {pairs} }}\ndispose_eof_grace_ms = 2000\n"
+        f"args = {json.dumps(args)}\nenv = {{ {pairs} }}\n"
+        f"dispose_eof_grace_ms = {grace_ms}\ndispose_grace_ms = {max(grace_ms, 3000)}\n"
     )
 
 
@@ -280,6 +281,32 @@ def test_interrupt_keeps_finished_records_and_resume_runs_the_rest(
     assert set(found) == {"f1", "f2", "s0", "s1", "s2", "s3"}
     assert all(r["stop_reason"] == "completed" for r in found.values())
     assert resumed.stderr.splitlines()[-1].startswith("4 completed, 0 failed, 0 cancelled in ")
+
+
+def test_a_second_ctrl_c_skips_the_graces_and_still_reaps_every_tree(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    stubborn = {
+        "ACP_CHILD_HANG": "1",
+        "ACP_CHILD_IGNORE_CANCEL": "1",
+        "ACP_CHILD_IGNORE_EOF": "1",
+        "ACP_CHILD_TRAP_TERM": "1",
+        "ACP_CHILD_READY_FILE": str(ready),
+        "ACP_CHILD_LOG_FILE": str(tmp_path / "frames.log"),
+    }
+    config = write_config(tmp_path / "c.toml", entry("stubborn", stubborn, grace_ms=600_000))
+    source = write_input(tmp_path / "in.jsonl", *({"id": f"s{i}", "task": "x"} for i in range(2)))
+    argv = [sys.executable, "-m", "supervisor._cli", "batch", str(source), "--config", str(config)]
+    with subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as cli:
+        wait_for(ready.exists, "a stubborn run")
+        cli.send_signal(signal.SIGINT)
+        wait_for(lambda: "session/cancel" in (tmp_path / "frames.log").read_text(), "the first Ctrl-C")
+        cli.send_signal(signal.SIGINT)  # without this, the graces alone would last 20 minutes
+        stdout, stderr = cli.communicate(timeout=120)
+    assert cli.returncode == 130, stderr
+    assert stdout == ""
+    assert supervised_children() == []
 
 
 @pytest.mark.parametrize(
