@@ -12,6 +12,7 @@ resumed batch runs it again) and is only counted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -213,14 +214,39 @@ def _describe(exc: ValidationError) -> str:
 async def run_job(
     job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[ProviderRun] | None = None
 ) -> BatchRecord | None:
-    """Start, settle and dispose one run; None when ``abort`` cancelled it before it finished."""
+    """Start, settle and dispose one run; None when ``abort`` cancelled it before it finished.
+
+    The run lives in a shielded task, and a cancellation of the caller's scope reaches it
+    only as an abort: a scope cancelled at the very moment the run hands its background
+    work to a task group must not strand that (shielded) work with nobody to dispose it.
+    """
     run = job.provider.create_run(job.request)
     live = live if live is not None else set()
+    own = AbortSignal()
+    remove = abort.add_callback(own.abort)
+    box: list[BatchRecord | None] = []
+    done = anyio.Event()
+
+    async def shielded() -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                box.append(await _run_and_record(job, run, own, ray_node))
+            finally:
+                done.set()
+
     live.add(run)
     try:
-        return await _run_and_record(job, run, abort, ray_node)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(shielded)
+            try:
+                await done.wait()
+            except anyio.get_cancelled_exc_class():
+                own.abort()  # the task group waits for the run's teardown, then re-raises
+                raise
     finally:
         live.discard(run)
+        remove()
+    return box[0] if box else None
 
 
 async def _run_and_record(
@@ -238,11 +264,13 @@ async def _run_and_record(
         except StartFailed as exc:
             start_error = exc
         else:
-            result = await run.result()
             try:
-                await run.dispose()
-            except TeardownFailed as exc:
-                teardown_error = exc
+                result = await run.result()
+            finally:  # also when the caller's scope is cancelled: leaving in flight is a local cancel
+                try:
+                    await run.dispose()
+                except TeardownFailed as exc:
+                    teardown_error = exc
     cancelled = result is not None and result.stop_reason == StopReason.ABORTED and run.cancelled_locally
     if cancelled and abort.aborted:
         return None
@@ -344,7 +372,9 @@ async def batch(
     ``ray`` (``"auto"`` or an address) runs each item as a Ray task instead, admitted by
     ``ray_num_cpus``.  Aborting ``abort`` cancels every running run (each is torn down
     before the iterator ends) and starts nothing more; cancelled runs yield nothing.
-    Ids in ``skip`` are passed over (resuming).  An item's relative ``cwd`` is resolved
+    Ids in ``skip`` are passed over (resuming).  A caller that stops iterating early should
+    close the iterator (``contextlib.aclosing``): closing it cancels and disposes the runs
+    still in flight.  An item's relative ``cwd`` is resolved
     against ``base_dir``; an item without one runs in ``cwd`` (both default to the
     current directory).
     """
@@ -358,16 +388,20 @@ async def batch(
     if ray is not None:
         from supervisor._batch_ray import ray_outcomes
 
-        async for outcome in ray_outcomes(
+        remote = ray_outcomes(
             source.next, ray, num_cpus=ray_num_cpus, retry_lost=retry_lost, abort=abort, events=events
-        ):
-            yield outcome
+        )
+        async with contextlib.aclosing(remote):  # type: ignore[type-var]  # closed here, in the caller's task, if it stops early
+            async for outcome in remote:
+                yield outcome
         return
     width = concurrency if concurrency is not None else (os.cpu_count() or 1)
     if width < 1:
         raise ValueError("concurrency must be at least 1")
-    async for outcome in _local(source, width, abort, events):
-        yield outcome
+    local = _local(source, width, abort, events)
+    async with contextlib.aclosing(local):  # type: ignore[type-var]
+        async for outcome in local:
+            yield outcome
 
 
 async def _local(
@@ -394,4 +428,8 @@ async def _local(
                 tg.start_soon(worker, send.clone())
         async with receive:
             async for outcome in receive:
-                yield outcome
+                try:
+                    yield outcome
+                except GeneratorExit:  # closed early: cancel the workers (each run is torn down)
+                    tg.cancel_scope.cancel()
+                    break

@@ -384,3 +384,14 @@ def test_the_live_bar_ends_with_the_summary_line() -> None:
     progress.finished(BatchError(id="x", error="bad"))
     progress.close()
     assert stream.getvalue().splitlines()[-1].startswith("0 completed, 1 failed, 0 cancelled in ")
+
+
+@pytest.mark.anyio
+async def test_closing_the_python_api_early_tears_the_running_runs_down(tmp_path: Path) -> None:
+    items = [{"id": f"t{i}", "task": "x"} for i in range(8)]
+    records = batch(items, concurrency=3, cwd=tmp_path)
+    async with contextlib.aclosing(records):  # type: ignore[type-var]
+        async for outcome in records:
+            assert isinstance(outcome, BatchRecord)
+            break
+    assert supervised_children() == []
