@@ -92,8 +92,8 @@ async def main() -> None:
     cwd = Path.cwd()
     registry = Registry()
     if os.environ.get("BENCH_CHILD") == "codex-acp":
-        from tests import peers
         from tests.mockmodel import MockModelServer
+        from tests.support import peers
 
         server = MockModelServer()
         launch = peers.codex_acp_launch(server)

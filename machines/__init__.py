@@ -1,7 +1,8 @@
 """Pure lifecycle state machines (python-statemachine charts): no I/O, no anyio.
 
-Each provider's run is one chart built from a transition table; the teardown ladder
-is a chart of its own.  ``ALL_MACHINES`` is what ``diagrams/`` is generated from.
+Each provider's run is one chart built from a transition table, with the provider's
+closed diagnostic vocabulary beside it; the teardown ladder is a chart of its own.
+:func:`all_machines` is what ``diagrams/`` is generated from.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ from machines._audit import TransitionSink as TransitionSink
 from machines._lifecycle import LEAKED as LEAKED
 from machines._lifecycle import QUIESCENT as QUIESCENT
 from machines._lifecycle import SETTLED as SETTLED
+from machines._lifecycle import CommonEvent as CommonEvent
 from machines._lifecycle import Lifecycle as Lifecycle
 from machines._lifecycle import build_lifecycle as build_lifecycle
 from machines._lifecycle import common_rows as common_rows
+from machines._vocabulary import ClosedField as ClosedField
+from machines._vocabulary import DecisionField as DecisionField
+from machines._vocabulary import IntegerField as IntegerField
+from machines._vocabulary import Vocabulary as Vocabulary
 from machines.ladder import TeardownLadder as TeardownLadder
 
 _MACHINE_MODULES = ("ladder", "acp", "dsh_sdk", "claude_code", "codex")
@@ -46,10 +52,15 @@ __all__ = (
     "QUIESCENT",
     "SETTLED",
     "AuditTrail",
+    "ClosedField",
+    "CommonEvent",
+    "DecisionField",
+    "IntegerField",
     "Lifecycle",
     "TeardownLadder",
     "Transition",
     "TransitionSink",
+    "Vocabulary",
     "all_machines",
     "build_lifecycle",
     "common_rows",

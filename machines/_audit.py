@@ -10,13 +10,18 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``)."""
+    """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``).
+
+    ``machine`` names the chart that moved (its class name, e.g. ``AcpLifecycle`` or
+    ``TeardownLadder``), since one trail records several machines.
+    """
 
     run_id: str
     event: str
     source: str
     target: str
     t: float
+    machine: str = ""
 
 
 TransitionSink = Callable[[Transition], None]
@@ -48,8 +53,10 @@ class AuditTrail:
     def entries(self) -> tuple[Transition, ...]:
         return tuple(self._entries)
 
-    def after_transition(self, event: Any, source: Any, target: Any) -> None:
-        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock())
+    def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
+        entry = Transition(
+            self.run_id, str(event), source.name, target.name, self._clock(), type(machine).__name__
+        )
         self._entries.append(entry)
         if self._sink is not None:
             self._sink(entry)

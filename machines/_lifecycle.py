@@ -11,8 +11,16 @@ provider's *stages* plus three bookkeeping states:
 
 Transitions are data (h11 style): each provider module declares a table of
 ``(event, source, target)`` rows, events named for the protocol or process fact that
-caused them.  :func:`build_lifecycle` turns the table into a chart class, so the
+caused them.  Events are members of a ``StrEnum`` (the chart's own events, plus the
+:class:`CommonEvent` every chart shares), so a misspelt fact is a type error, not a
+runtime surprise.  :func:`build_lifecycle` turns the table into a chart class, so the
 diagram in ``diagrams/`` and the code cannot drift apart.
+
+Late facts: after a local cancellation the child keeps talking for a moment, and a
+fact the run had already received may reach the chart after it settled (or while the
+tree is being taken down).  Such facts are rows of their own (``late=`` in
+:func:`common_rows`: a self-loop on ``settled`` and on the teardown stage), so the
+audit trail records them and the chart stays strict for everything else.
 
 The chart is synchronous (no async callbacks), so a cancelled task can never leave
 it half-entered, and it is strict: an event that the table does not allow raises
@@ -23,6 +31,7 @@ from :attr:`Lifecycle.stage`: the last stage state entered.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -34,15 +43,33 @@ LEAKED = "leaked"
 BOOKKEEPING_STATES = (SETTLED, QUIESCENT, LEAKED)
 
 Row = tuple[str, str, str]
+"""``(event, source, target)``; the event is a member of the chart's event enum."""
+
+
+class CommonEvent(enum.StrEnum):
+    """The facts every lifecycle shares (the base run sends them)."""
+
+    START_FAILED = "start_failed"
+    START_ABORTED = "start_aborted"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    DISPOSE_REQUESTED = "dispose_requested"
+    TREE_GONE = "tree_gone"
+    TREE_SURVIVED = "tree_survived"
 
 
 class _StageTracker:
-    """Listener that remembers the stages entered (kept off the chart so diagrams stay clean)."""
+    """Listener that remembers the stages entered and the facts received (kept off the
+    chart so diagrams stay clean)."""
 
     def __init__(self, stages: tuple[str, ...]) -> None:
         self.stages = stages
         self.current: str | None = None
         self.entered: list[str] = []
+        self.seen: set[str] = set()
+
+    def after_transition(self, event: Any) -> None:
+        self.seen.add(str(event))
 
     def on_enter_state(self, target: Any) -> None:
         name: str = target.name
@@ -60,6 +87,8 @@ class Lifecycle(StateChart["Lifecycle"]):
 
     STAGES: ClassVar[tuple[str, ...]] = ()
     TABLE: ClassVar[tuple[Row, ...]] = ()
+    EVENTS: ClassVar[type[enum.StrEnum]] = CommonEvent
+    """The chart's own events (its table may also use :class:`CommonEvent`)."""
 
     def __init__(self, *, listeners: list[Any] | None = None) -> None:
         self._tracker = _StageTracker(self.STAGES)
@@ -83,9 +112,10 @@ class Lifecycle(StateChart["Lifecycle"]):
         """Stage names in the order first entered, without repeats."""
         return tuple(self._tracker.entered)
 
-    def allows(self, event: str) -> bool:
-        """Whether ``event`` has a transition from the active state."""
-        return event in {e.id for e in self.allowed_events}
+    def has_seen(self, event: str) -> bool:
+        """Whether ``event`` has moved the chart (a run's progress, read from the chart
+        instead of a flag of its own)."""
+        return str(event) in self._tracker.seen
 
 
 def _attr(name: str) -> str:
@@ -96,32 +126,42 @@ def build_lifecycle(
     name: str,
     *,
     stages: Sequence[str],
+    events: type[enum.StrEnum],
     table: Iterable[Row],
     doc: str,
+    module: str,
 ) -> type[Lifecycle]:
     """Build a :class:`Lifecycle` subclass from a transition table.
 
     ``stages[0]`` is the initial state.  Every state a row names must be a stage or a
-    bookkeeping state; a row naming anything else is a definition error.
+    bookkeeping state, and every event a member of ``events`` or :class:`CommonEvent`;
+    anything else is a definition error.  ``module`` is the module that defines (and
+    exports) the chart, so ``__module__`` names where a reader finds it.
     """
     rows = tuple(table)
+    known = {e.value for e in events} | {e.value for e in CommonEvent}
+    for event, _, _ in rows:
+        if event not in known:
+            raise ValueError(f"{name}: event {event!r} is not a member of {events.__name__}")
     states: dict[str, State] = {}
     for stage in stages:
         states[stage] = State(stage, initial=stage == stages[0])
     for extra in BOOKKEEPING_STATES:
         states[extra] = State(extra, final=extra in (QUIESCENT, LEAKED))
     namespace: dict[str, Any] = {_attr(k): v for k, v in states.items()}
-    events: dict[str, Any] = {}
+    transitions: dict[str, Any] = {}
     for event, source, target in rows:
         if source not in states or target not in states:
             raise ValueError(f"{name}: row {(event, source, target)!r} names an unknown state")
         transition = states[source].to(states[target])
-        events[event] = events[event] | transition if event in events else transition
-    namespace.update(events)
+        key = str(event)
+        transitions[key] = transitions[key] | transition if key in transitions else transition
+    namespace.update(transitions)
     namespace["STAGES"] = tuple(stages)
-    namespace["TABLE"] = rows
+    namespace["TABLE"] = tuple((str(e), source, target) for e, source, target in rows)
+    namespace["EVENTS"] = events
     namespace["__doc__"] = doc
-    namespace["__module__"] = "machines"
+    namespace["__module__"] = module
     namespace["__qualname__"] = name
     cls = type(name, (Lifecycle,), namespace)
     return cls
@@ -132,22 +172,30 @@ def common_rows(
     startup: Sequence[str],
     running: Sequence[str],
     teardown: str,
+    late: Sequence[str] = (),
 ) -> tuple[Row, ...]:
     """The rows every provider shares.
 
     * a failed or aborted start rolls back from any startup stage into ``teardown``;
     * a local cancellation, or a failure without a finer fact, settles the run from
-      any running stage;
-    * ``dispose`` moves a settled run into ``teardown``; the tree is then gone or not.
+      any running stage; a cancellation that races the fact that settled the chart
+      (the result itself not yet handed over) is a late ``cancelled`` on ``settled``;
+    * ``dispose`` moves a settled run into ``teardown``; the tree is then gone or not;
+    * each ``late`` event is accepted, and changes nothing, once the run has settled
+      or is being taken down (the facts a run may still receive after a local cancel).
     """
     rows: list[Row] = []
     for stage in startup:
-        rows.append(("start_failed", stage, teardown))
-        rows.append(("start_aborted", stage, teardown))
+        rows.append((CommonEvent.START_FAILED, stage, teardown))
+        rows.append((CommonEvent.START_ABORTED, stage, teardown))
     for stage in running:
-        rows.append(("cancelled", stage, SETTLED))
-        rows.append(("failed", stage, SETTLED))
-    rows.append(("dispose_requested", SETTLED, teardown))
-    rows.append(("tree_gone", teardown, QUIESCENT))
-    rows.append(("tree_survived", teardown, LEAKED))
+        rows.append((CommonEvent.CANCELLED, stage, SETTLED))
+        rows.append((CommonEvent.FAILED, stage, SETTLED))
+    rows.append((CommonEvent.CANCELLED, SETTLED, SETTLED))
+    rows.append((CommonEvent.DISPOSE_REQUESTED, SETTLED, teardown))
+    rows.append((CommonEvent.TREE_GONE, teardown, QUIESCENT))
+    rows.append((CommonEvent.TREE_SURVIVED, teardown, LEAKED))
+    for event in late:
+        rows.append((event, SETTLED, SETTLED))
+        rows.append((event, teardown, teardown))
     return tuple(rows)

@@ -18,28 +18,66 @@ cancellation through ``cancelled``.
 
 from __future__ import annotations
 
+import enum
+
 from machines._lifecycle import SETTLED, build_lifecycle, common_rows
+from machines._vocabulary import DecisionField, Vocabulary
+
+
+class ClaudeCodeEvent(enum.StrEnum):
+    """The protocol and process facts of a Claude Code run."""
+
+    INITIALIZED = "initialized"
+    CLI_EXITED = "cli_exited"
+    RESULT_SUCCEEDED = "result_succeeded"
+    RESULT_FAILED = "result_failed"
+    RESULT_INVALID = "result_invalid"
+    RESULT_MISSING = "result_missing"
+
 
 STAGES = ("query-start", "query-run", "process", "teardown")
 
 ClaudeCodeLifecycle = build_lifecycle(
     "ClaudeCodeLifecycle",
     stages=STAGES,
+    events=ClaudeCodeEvent,
     table=(
-        ("initialized", "query-start", "query-run"),
-        ("cli_exited", "query-start", "process"),
-        ("result_succeeded", "query-run", SETTLED),
-        ("result_failed", "query-run", SETTLED),
-        ("result_invalid", "query-run", SETTLED),
-        ("result_missing", "query-run", SETTLED),
-        ("cli_exited", "query-run", "process"),
+        (ClaudeCodeEvent.INITIALIZED, "query-start", "query-run"),
+        (ClaudeCodeEvent.CLI_EXITED, "query-start", "process"),
+        (ClaudeCodeEvent.RESULT_SUCCEEDED, "query-run", SETTLED),
+        (ClaudeCodeEvent.RESULT_FAILED, "query-run", SETTLED),
+        (ClaudeCodeEvent.RESULT_INVALID, "query-run", SETTLED),
+        (ClaudeCodeEvent.RESULT_MISSING, "query-run", SETTLED),
+        (ClaudeCodeEvent.CLI_EXITED, "query-run", "process"),
         *common_rows(
             startup=("query-start", "process"),
             running=("query-run", "process"),
             teardown="teardown",
+            late=(
+                ClaudeCodeEvent.CLI_EXITED,
+                ClaudeCodeEvent.RESULT_SUCCEEDED,
+                ClaudeCodeEvent.RESULT_FAILED,
+                ClaudeCodeEvent.RESULT_INVALID,
+                ClaudeCodeEvent.RESULT_MISSING,
+            ),
         ),
     ),
     doc="The Claude Code provider's lifecycle (the Claude Code CLI through claude-agent-sdk).",
+    module=__name__,
 )
 
-__all__ = ("STAGES", "ClaudeCodeLifecycle")
+CLAUDE_CODE_VOCABULARY = Vocabulary(
+    label="Claude Code",
+    stages=ClaudeCodeLifecycle.STAGES,
+    categories=frozenset({"limit", "product-error", "invalid-result", "process", "unknown"}),
+    exit_categories=frozenset({"process"}),
+    decision=(
+        DecisionField("mode", frozenset({"dontAsk", "acceptEdits", "plan", "bypassPermissions", "default"})),
+        DecisionField("request", frozenset({"tool permission", "MCP elicitation", "user dialog"})),
+        DecisionField("decision", frozenset({"denied", "declined", "cancelled"})),
+    ),
+)
+
+MACHINES = (ClaudeCodeLifecycle,)
+
+__all__ = ("CLAUDE_CODE_VOCABULARY", "MACHINES", "STAGES", "ClaudeCodeEvent", "ClaudeCodeLifecycle")

@@ -13,33 +13,100 @@ Stages
 Every event is the protocol or process fact that caused it.  A terminal
 ``turn/completed`` settles the run whatever its status; failures without a finer fact
 settle through the shared ``failed`` row, local cancellation through ``cancelled``.
+The turn's own progress is read from the chart: the turn is known once ``turn`` was
+entered, and over once ``turn_completed`` was received.
 """
 
 from __future__ import annotations
 
+import enum
+
 from machines._lifecycle import SETTLED, build_lifecycle, common_rows
+from machines._vocabulary import DecisionField, IntegerField, Vocabulary
+
+
+class CodexEvent(enum.StrEnum):
+    """The protocol and process facts of a Codex run."""
+
+    INITIALIZED = "initialized"
+    THREAD_STARTED = "thread_started"
+    TURN_STARTED = "turn_started"
+    TURN_COMPLETED = "turn_completed"
+    APP_SERVER_EXITED = "app_server_exited"
+
 
 STAGES = ("initialize", "thread-start", "turn-start", "turn", "process", "teardown")
 
 CodexLifecycle = build_lifecycle(
     "CodexLifecycle",
     stages=STAGES,
+    events=CodexEvent,
     table=(
-        ("initialized", "initialize", "thread-start"),
-        ("thread_started", "thread-start", "turn-start"),
-        ("turn_started", "turn-start", "turn"),
-        ("turn_completed", "turn", SETTLED),
-        ("app_server_exited", "initialize", "process"),
-        ("app_server_exited", "thread-start", "process"),
-        ("app_server_exited", "turn-start", "process"),
-        ("app_server_exited", "turn", "process"),
+        (CodexEvent.INITIALIZED, "initialize", "thread-start"),
+        (CodexEvent.THREAD_STARTED, "thread-start", "turn-start"),
+        (CodexEvent.TURN_STARTED, "turn-start", "turn"),
+        (CodexEvent.TURN_COMPLETED, "turn", SETTLED),
+        (CodexEvent.APP_SERVER_EXITED, "initialize", "process"),
+        (CodexEvent.APP_SERVER_EXITED, "thread-start", "process"),
+        (CodexEvent.APP_SERVER_EXITED, "turn-start", "process"),
+        (CodexEvent.APP_SERVER_EXITED, "turn", "process"),
         *common_rows(
             startup=("initialize", "thread-start", "process"),
             running=("turn-start", "turn", "process"),
             teardown="teardown",
+            late=(CodexEvent.TURN_STARTED, CodexEvent.TURN_COMPLETED, CodexEvent.APP_SERVER_EXITED),
         ),
     ),
     doc="The Codex provider's lifecycle (codex app-server over JSONL JSON-RPC).",
+    module=__name__,
 )
 
-__all__ = ("STAGES", "CodexLifecycle")
+CODEX_PERMISSION_REQUESTS = frozenset(
+    {
+        "command approval",
+        "file approval",
+        "permission grant",
+        "user input",
+        "MCP elicitation",
+        "command execution",
+        "file change",
+        "sandbox execution",
+    }
+)
+
+CODEX_VOCABULARY = Vocabulary(
+    label="Codex",
+    stages=CodexLifecycle.STAGES,
+    categories=frozenset(
+        {
+            "limit",
+            "access-policy",
+            "service",
+            "transport",
+            "product-error",
+            "invalid-result",
+            "process",
+            "unknown",
+        }
+    ),
+    exit_categories=frozenset({"process"}),
+    fields=(IntegerField("http_status", "HTTP status", 0, 65535),),
+    decision=(
+        DecisionField(
+            "mode", frozenset({"never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"})
+        ),
+        DecisionField("request", CODEX_PERMISSION_REQUESTS),
+        DecisionField("decision", frozenset({"cancelled", "declined", "denied", "empty response", "failed"})),
+    ),
+)
+
+MACHINES = (CodexLifecycle,)
+
+__all__ = (
+    "CODEX_PERMISSION_REQUESTS",
+    "CODEX_VOCABULARY",
+    "MACHINES",
+    "STAGES",
+    "CodexEvent",
+    "CodexLifecycle",
+)

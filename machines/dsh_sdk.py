@@ -12,26 +12,73 @@ ladder (stdin EOF, SIGTERM, SIGKILL), recorded by the ladder's own chart.
 
 from __future__ import annotations
 
+import enum
+
 from machines._lifecycle import SETTLED, build_lifecycle, common_rows
+from machines._vocabulary import Vocabulary
+
+
+class DshSdkEvent(enum.StrEnum):
+    """The protocol facts of a DSH SDK run."""
+
+    INITIALIZE_ANSWERED = "initialize_answered"
+    PROMPT_SPLICED = "prompt_spliced"
+    ROOT_IDLE = "root_idle"
+    TRANSPORT_CLOSED = "transport_closed"
+    PROTOCOL_VIOLATED = "protocol_violated"
+    ERROR_ANSWERED = "error_answered"
+    SHUTDOWN_ACKNOWLEDGED = "shutdown_acknowledged"
+
 
 DshSdkLifecycle = build_lifecycle(
     "DshSdkLifecycle",
     stages=("initialize", "session-run", "shutdown"),
+    events=DshSdkEvent,
     table=(
-        ("initialize_answered", "initialize", "session-run"),
-        ("prompt_spliced", "session-run", "session-run"),
-        ("root_idle", "session-run", SETTLED),
-        ("transport_closed", "session-run", SETTLED),
-        ("protocol_violated", "session-run", SETTLED),
-        ("error_answered", "session-run", SETTLED),
-        ("shutdown_acknowledged", "shutdown", "shutdown"),
+        (DshSdkEvent.INITIALIZE_ANSWERED, "initialize", "session-run"),
+        (DshSdkEvent.PROMPT_SPLICED, "session-run", "session-run"),
+        (DshSdkEvent.ROOT_IDLE, "session-run", SETTLED),
+        (DshSdkEvent.TRANSPORT_CLOSED, "session-run", SETTLED),
+        (DshSdkEvent.PROTOCOL_VIOLATED, "session-run", SETTLED),
+        (DshSdkEvent.ERROR_ANSWERED, "session-run", SETTLED),
+        (DshSdkEvent.SHUTDOWN_ACKNOWLEDGED, "shutdown", "shutdown"),
         *common_rows(
             startup=("initialize", "session-run"),
             running=("session-run",),
             teardown="shutdown",
+            late=(
+                DshSdkEvent.PROMPT_SPLICED,
+                DshSdkEvent.ROOT_IDLE,
+                DshSdkEvent.TRANSPORT_CLOSED,
+                DshSdkEvent.PROTOCOL_VIOLATED,
+                DshSdkEvent.ERROR_ANSWERED,
+            ),
         ),
     ),
     doc=__doc__ or "",
+    module=__name__,
 )
 
+DSH_SDK_VOCABULARY = Vocabulary(
+    label="DSH SDK",
+    stages=DshSdkLifecycle.STAGES,
+    categories=frozenset(
+        {
+            "configuration",
+            "protocol",
+            "transport",
+            "child-error",
+            "child-disposed",
+            "child-unknown",
+            "missing-terminal",
+            "unknown",
+        }
+    ),
+    teardown_stage="shutdown",
+    teardown_exit_facts=False,
+)
+"""DSH lines carry no stop reason and no exit fields (not even the shutdown line)."""
+
 MACHINES = (DshSdkLifecycle,)
+
+__all__ = ("DSH_SDK_VOCABULARY", "MACHINES", "DshSdkEvent", "DshSdkLifecycle")

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from supervisor._abort import AbortSignal
 from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._handle import Run
 from supervisor._registry import Provider, Registry, require_asyncio
-from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import CwdError, check_directory
 
@@ -121,7 +121,7 @@ class BatchEvents:
 
     started: Callable[[str], None] = lambda _id: None
     cancelled: Callable[[str], None] = lambda _id: None
-    live: set[ProviderRun] = field(default_factory=set)
+    live: set[Run] = field(default_factory=set)
 
 
 # -- items -----------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def _describe(exc: ValidationError) -> str:
 
 
 async def run_job(
-    job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[ProviderRun] | None = None
+    job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[Run] | None = None
 ) -> BatchRecord | None:
     """Start, settle and dispose one run; None when ``abort`` cancelled it before it finished.
 
@@ -250,7 +250,7 @@ async def run_job(
 
 
 async def _run_and_record(
-    job: BatchJob, run: ProviderRun, abort: AbortSignal, ray_node: str | None
+    job: BatchJob, run: Run, abort: AbortSignal, ray_node: str | None
 ) -> BatchRecord | None:
     began = time.monotonic()
     result: SubagentResult | None = None

@@ -21,16 +21,16 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
-from supervisor import _batch_cli
+from supervisor import _batch_cli, telemetry
 from supervisor._abort import AbortSignal
-from supervisor._cli_config import ConfigError, Entry, load_file
+from supervisor._cli_config import ConfigError, Entry, example_entry, load_file
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
+from supervisor._handle import Run
+from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
-from supervisor._run import ProviderRun
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import CwdError, check_directory
-from supervisor.providers import KINDS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 PROG = "subagents"
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
+    run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
 
     diagrams = commands.add_parser("diagrams", help="regenerate (or check) the lifecycle diagrams")
@@ -64,6 +65,19 @@ def _parser() -> argparse.ArgumentParser:
 
     commands.add_parser("providers", help="list provider kinds and their capabilities")
     _batch_cli.add_parser(commands)
+
+    mcp = commands.add_parser("mcp", help="serve MCP on stdio: tools that delegate to supervised subagents")
+    mcp.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
+    mcp.add_argument(
+        "--root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
+    )
+    mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
+    mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
+    mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     return parser
 
 
@@ -104,10 +118,7 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
     else:
         if args.provider not in (None, "acp"):
             raise ConfigError("--provider needs --config (without it the provider is acp)")
-        from supervisor.providers.acp import EXAMPLE_AGENT
-
-        keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
-        entry = Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=parent_cwd)
+        entry = example_entry(parent_cwd)
     if command:
         if entry.kind not in ("acp", "dsh-sdk"):
             raise ConfigError(f"-- COMMAND applies to acp and dsh-sdk entries, not {entry.kind}")
@@ -134,7 +145,7 @@ class _Interruption:
 
     cause: str | None = None  # "SIGINT", "SIGTERM", "timeout"
     count: int = 0
-    runs: list[ProviderRun] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
     @property
     def exit_status(self) -> int:
@@ -193,7 +204,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
         progress.transition(entry)
 
     run = provider.create_run(request, trace=on_transition)
-    progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.machine.STAGES)
+    progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.vocabulary.stages)
     abort = AbortSignal()
     interruption = _Interruption(runs=[run])
     result: SubagentResult | None = None
@@ -240,7 +251,7 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
 def _report(
     plan: _Plan,
     args: argparse.Namespace,
-    run: ProviderRun,
+    run: Run,
     result: SubagentResult | None,
     start_error: SubagentError | None,
     teardown_error: TeardownFailed | None,
@@ -272,7 +283,7 @@ def _report(
             "stop_reason": None if result is None else result.stop_reason,
             "output": "" if result is None else result.output,
             "diagnostic": diagnostic,
-            "stages": list(run.machine.stages_entered),
+            "stages": list(run.stages_entered),
             "exit_code": None if exit_facts is None else exit_facts.exit_code,
             "signal": None if exit_facts is None else exit_facts.signal,
             "quiescent": bool(run.quiescent),
@@ -321,18 +332,71 @@ def _diagrams(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_CAPABILITIES = (
+    ("output_schema", "outputSchema"),
+    ("depth_limit", "depthLimit"),
+    ("tool_filter", "toolFilter"),
+    ("persona", "persona"),
+    ("agent_options", "agentOptions"),
+)
+
+
+def _capabilities_text(capabilities: Any) -> str:
+    have = [spelled for field, spelled in _CAPABILITIES if getattr(capabilities, field)]
+    lacking = [spelled for field, spelled in _CAPABILITIES if not getattr(capabilities, field)]
+    if not have:
+        return f"none ({', '.join(lacking[:-1])} and {lacking[-1]} are rejected)"
+    return ", ".join(have)
+
+
 def _providers() -> int:
-    capabilities = "none (outputSchema, depthLimit, toolFilter, persona and agentOptions are rejected)"
-    for kind in KINDS.values():
-        extra = f"; needs the `{kind.extra}` extra" if kind.extra else ""
-        print(f"{kind.kind:<12} {kind.label} child{extra}")
-        print(f"{'':<12} capabilities: {capabilities}")
+    for name, installed in installed_kinds().items():
+        kind = installed.load()
+        extra = f"; needs the `{installed.extra}` extra" if installed.extra else ""
+        print(f"{name:<12} {kind.vocabulary.label} child{extra}")
+        print(f"{'':<12} capabilities: {_capabilities_text(kind.capabilities)}")
     return EXIT_OK
 
 
 def _batch(args: argparse.Namespace) -> int:
     _configure_logging(args.verbose)
     return _batch_cli.command(args)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from supervisor import _mcp
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        extra = "pip install 'subagent-supervisor[mcp]'"
+        raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
+
+    if args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent must be at least 1")
+    roots: list[Path] = []
+    for raw in args.root or [os.getcwd()]:
+        try:
+            roots.append(check_directory(Path(os.path.realpath(raw)), "--root"))
+        except CwdError as exc:
+            raise ConfigError(str(exc)) from None
+    entries = load_file(args.config) if args.config is not None else [example_entry(Path.cwd())]
+    registry = Registry()
+    for entry in entries:
+        stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")
+        registry.register(entry.provider(entry.build({"stderr": stderr})))
+    settings = _mcp.McpSettings(
+        registry=registry,
+        providers=tuple(e.name for e in entries),
+        roots=tuple(roots),
+        max_concurrent=args.max_concurrent,
+    )
+    _configure_logging(args.verbose)
+    telemetry.configure_from_cli(args.otel)
+    try:
+        return anyio.run(_mcp.serve, settings, backend="asyncio")
+    finally:
+        telemetry.shutdown()
 
 
 def _configure_logging(verbose: bool) -> None:
@@ -363,11 +427,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _providers()
         if args.command == "batch" and not command:
             return _batch(args)
+        if args.command == "mcp" and not command:
+            return _mcp(args)
         if command and args.command != "run":
             return _usage("-- COMMAND is only for `run`")
         plan = _plan(args, command)
         _configure_logging(args.verbose)
-        return anyio.run(_run, plan, args, backend="asyncio")
+        telemetry.configure_from_cli(args.otel)
+        try:
+            return anyio.run(_run, plan, args, backend="asyncio")
+        finally:
+            telemetry.shutdown()
     except ConfigError as exc:
         return _usage(str(exc))
     except SubagentError as exc:  # e.g. an unsupported capability: rejected before spawning

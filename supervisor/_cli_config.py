@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,8 @@ from pydantic import ValidationError
 
 from supervisor._config import ProviderConfig
 from supervisor._errors import ConfigurationError
-from supervisor.providers import KINDS
+from supervisor._kinds import installed_kinds, kind
+from supervisor._registry import Provider
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -37,20 +39,29 @@ class Entry:
 
     def build(self, overrides: dict[str, Any] | None = None) -> ProviderConfig:
         """The kind's Config from the entry's keys with ``overrides`` laid on top."""
-        module = KINDS[self.kind].load()
         data = {**self.keys, **(overrides or {})}
         data.setdefault("name", self.name)
         try:
-            config: ProviderConfig = module.Config.model_validate(data, context={"base_dir": self.base_dir})
+            config: ProviderConfig = kind(self.kind).config.model_validate(
+                data, context={"base_dir": self.base_dir}
+            )
         except ValidationError as exc:
             raise ConfigError(_describe(self.where, exc)) from None
         return config
 
-    def provider(self, config: ProviderConfig) -> Any:
+    def provider(self, config: ProviderConfig) -> Provider:
         try:
-            return KINDS[self.kind].load().Provider(config, name=self.name)
+            return kind(self.kind).provider(config, self.name)
         except ConfigurationError as exc:
             raise ConfigError(f"{self.where}: {exc}") from None
+
+
+def example_entry(base_dir: Path) -> Entry:
+    """The entry used without a config: ``acp`` with the built-in example agent."""
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    keys: dict[str, Any] = {"command": sys.executable, "args": ["-I", str(EXAMPLE_AGENT)]}
+    return Entry(kind="acp", name="acp", keys=keys, where="command line", base_dir=base_dir)
 
 
 def _describe(where: str, exc: ValidationError) -> str:
@@ -95,10 +106,11 @@ def load_file(path: Path) -> list[Entry]:
     for index, raw in enumerate(raw_entries):
         where = f"{path}: provider[{index}]"
         keys = dict(raw)
-        kind = keys.pop("kind", None)
-        if kind not in KINDS:
-            raise ConfigError(f"{where}: kind: must be one of {', '.join(KINDS)}")
-        name = keys.get("name", kind)
+        kind_name = keys.pop("kind", None)
+        kinds = installed_kinds()
+        if kind_name not in kinds:
+            raise ConfigError(f"{where}: kind: must be one of {', '.join(kinds)}")
+        name = keys.get("name", kind_name)
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{where}: name: must be a non-empty string")
         where = f'{path}: provider[{index}] "{name}"'
@@ -109,7 +121,7 @@ def load_file(path: Path) -> list[Entry]:
             }
         if any(e.name == name for e in entries):
             raise ConfigError(f"{where}: name: another entry is already named {name!r}")
-        entry = Entry(kind=kind, name=name, keys=keys, where=where, base_dir=path.resolve().parent)
+        entry = Entry(kind=kind_name, name=name, keys=keys, where=where, base_dir=path.resolve().parent)
         entry.build()  # every entry is checked at load, not only the one picked
         entries.append(entry)
     return entries

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from supervisor._errors import StartAborted, SubagentError
-from supervisor._run import ProviderRun
+from supervisor._handle import Run
 from supervisor._seam import StopReason, SubagentResult
 
 _HEADLINES = {
@@ -71,7 +71,7 @@ def start_failure_outcome(error: BaseException) -> JobOutcome:
     return JobOutcome(JobStatus.FAILED, detail=detail)
 
 
-async def settle_job(start: Callable[[], Awaitable[ProviderRun]]) -> JobOutcome:
+async def settle_job(start: Callable[[], Awaitable[Run]]) -> JobOutcome:
     """Run a one-shot job: start, await the result, always dispose, then settle.
 
     ``start`` is e.g. ``lambda: registry.start(name, request, task_group=tg, abort=signal)``.

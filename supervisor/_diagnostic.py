@@ -1,194 +1,76 @@
-"""Safe diagnostic text: fixed lines built from closed facts, and the 4096-byte bound.
+"""Safe diagnostic text: fixed lines built from a provider's vocabulary and closed facts,
+and the 4096-byte bound.
 
-Nothing here accepts free text: every field is checked against the closed vocabulary
-of its provider, so a provider cannot put an exception message, stderr or a payload
-into a line even by mistake.
+Nothing here accepts free text: every field is checked against the closed
+:class:`~machines.Vocabulary` of the provider that reports it, so a provider cannot put
+an exception message, stderr or a payload into a line even by mistake.  This module
+names no provider; each provider brings its own vocabulary.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
+from machines import Vocabulary
 
 MAX_DIAGNOSTIC_BYTES = 4096
 TRUNCATION_SUFFIX = "\n[diagnostic truncated]"
 
 
-class ProviderLabel(enum.StrEnum):
-    """How a provider is named in a diagnostic line."""
-
-    ACP = "ACP"
-    DSH_SDK = "DSH SDK"
-    CLAUDE_CODE = "Claude Code"
-    CODEX = "Codex"
-
-
-@dataclass(frozen=True)
-class _Vocabulary:
-    stages: frozenset[str]
-    categories: frozenset[str]
-    exit_categories: frozenset[str]
-    teardown_stages: frozenset[str]
-
-
-VOCABULARY: dict[ProviderLabel, _Vocabulary] = {
-    ProviderLabel.ACP: _Vocabulary(
-        stages=frozenset({"initialize", "new-session", "prompt", "process", "teardown"}),
-        categories=frozenset(
-            {
-                "configuration",
-                "protocol",
-                "transport",
-                "process-start",
-                "process-exit",
-                "remote-limit",
-                "unknown",
-            }
-        ),
-        exit_categories=frozenset({"process-exit"}),
-        teardown_stages=frozenset({"teardown"}),
-    ),
-    ProviderLabel.DSH_SDK: _Vocabulary(
-        stages=frozenset({"initialize", "session-run", "shutdown"}),
-        categories=frozenset(
-            {
-                "configuration",
-                "protocol",
-                "transport",
-                "child-error",
-                "child-disposed",
-                "child-unknown",
-                "missing-terminal",
-                "unknown",
-            }
-        ),
-        exit_categories=frozenset(),
-        teardown_stages=frozenset({"shutdown"}),
-    ),
-    ProviderLabel.CLAUDE_CODE: _Vocabulary(
-        stages=frozenset({"query-start", "query-run", "process", "teardown"}),
-        categories=frozenset({"limit", "product-error", "invalid-result", "process", "unknown"}),
-        exit_categories=frozenset({"process"}),
-        teardown_stages=frozenset({"teardown"}),
-    ),
-    ProviderLabel.CODEX: _Vocabulary(
-        stages=frozenset({"initialize", "thread-start", "turn-start", "turn", "process", "teardown"}),
-        categories=frozenset(
-            {
-                "limit",
-                "access-policy",
-                "service",
-                "transport",
-                "product-error",
-                "invalid-result",
-                "process",
-                "unknown",
-            }
-        ),
-        exit_categories=frozenset({"process"}),
-        teardown_stages=frozenset({"teardown"}),
-    ),
-}
-
-ACP_STOP_REASONS = frozenset({"max_turn_requests", "unknown"})
-
-
-@dataclass(frozen=True)
 class FailureFacts:
-    """The closed facts of one failure; :meth:`line` renders the fixed failure line."""
+    """The closed facts of one failure; :meth:`line` renders the fixed failure line.
 
-    provider: ProviderLabel
-    stage: str
-    category: str
-    http_status: int | None = None
-    stop_reason: str | None = None
-    exit_code: int | None = None
-    signal: str | None = None
+    ``fields`` are the vocabulary's extra closed fields by key (``stop_reason=``,
+    ``http_status=``); each is checked against the vocabulary and rendered in its order.
+    """
 
-    def __post_init__(self) -> None:
-        vocab = VOCABULARY[self.provider]
-        if self.stage not in vocab.stages:
-            raise ValueError(f"{self.provider}: unknown stage {self.stage!r}")
-        if self.category not in vocab.categories:
-            raise ValueError(f"{self.provider}: unknown category {self.category!r}")
-        if self.stop_reason is not None and (
-            self.provider is not ProviderLabel.ACP or self.stop_reason not in ACP_STOP_REASONS
-        ):
-            raise ValueError("stop reason is an ACP fact limited to max_turn_requests|unknown")
-        if self.http_status is not None and (
-            self.provider is not ProviderLabel.CODEX
-            or not isinstance(self.http_status, int)
-            or not 0 <= self.http_status <= 65535
-        ):
-            raise ValueError("HTTP status is a Codex fact, an integer 0..65535")
-        has_exit = self.exit_code is not None or self.signal is not None
-        if has_exit and not (self.category in vocab.exit_categories or self.stage in vocab.teardown_stages):
-            raise ValueError("exit facts belong on process-exit/process or teardown lines only")
-        if self.signal is not None and not (self.signal.startswith("SIG") and self.signal[3:].isalnum()):
+    __slots__ = ("category", "exit_code", "fields", "signal", "stage", "vocabulary")
+
+    def __init__(
+        self,
+        vocabulary: Vocabulary,
+        stage: str,
+        category: str,
+        *,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        **fields: str | int | None,
+    ) -> None:
+        if stage not in vocabulary.stages:
+            raise ValueError(f"{vocabulary.label}: unknown stage {stage!r}")
+        if category not in vocabulary.categories:
+            raise ValueError(f"{vocabulary.label}: unknown category {category!r}")
+        present = {key: value for key, value in fields.items() if value is not None}
+        checked = {key: vocabulary.field(key).check(value) for key, value in present.items()}
+        has_exit = exit_code is not None or signal is not None
+        if has_exit and not vocabulary.allows_exit_facts(stage, category):
+            raise ValueError("exit facts belong on the vocabulary's exit categories or teardown lines only")
+        if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+            raise ValueError("exit code must be an integer")
+        if signal is not None and not (signal.startswith("SIG") and signal[3:].isalnum()):
             raise ValueError("signal must be a signal name")
+        self.vocabulary = vocabulary
+        self.stage = stage
+        self.category = category
+        self.fields: tuple[tuple[str, str | int], ...] = tuple(
+            (f.title, checked[f.key]) for f in vocabulary.fields if f.key in checked
+        )
+        self.exit_code = exit_code
+        self.signal = signal
 
     def line(self) -> str:
-        fields = [f"provider: {self.provider}", f"stage: {self.stage}", f"category: {self.category}"]
-        if self.http_status is not None:
-            fields.append(f"HTTP status: {self.http_status}")
-        if self.stop_reason is not None:
-            fields.append(f"stop reason: {self.stop_reason}")
+        fields = [
+            f"provider: {self.vocabulary.label}",
+            f"stage: {self.stage}",
+            f"category: {self.category}",
+        ]
+        fields.extend(f"{title}: {value}" for title, value in self.fields)
         if self.exit_code is not None:
             fields.append(f"exit code: {self.exit_code}")
         if self.signal is not None:
             fields.append(f"signal: {self.signal}")
         return f"Subagent failure ({'; '.join(fields)})"
 
-
-def _closed(value: str, allowed: frozenset[str], what: str) -> str:
-    if value not in allowed:
-        raise ValueError(f"unknown {what} {value!r}")
-    return value
-
-
-ACP_TOOL_KINDS = frozenset(
-    {"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}
-)
-
-
-def acp_permission_line(*, policy: str, kind: str | None, decision: str) -> str:
-    """``kind`` outside the closed ACP tool kinds (or missing) becomes ``unknown``."""
-    _closed(policy, frozenset({"allow", "reject"}), "ACP policy")
-    _closed(decision, frozenset({"allowed", "denied"}), "ACP decision")
-    request = kind if kind in ACP_TOOL_KINDS else "unknown"
-    return f"ACP unattended decision (policy: {policy}; request: {request}; decision: {decision})"
-
-
-def claude_code_permission_line(*, mode: str, request: str, decision: str) -> str:
-    _closed(mode, frozenset({"dontAsk", "acceptEdits", "plan", "bypassPermissions", "default"}), "mode")
-    _closed(request, frozenset({"tool permission", "MCP elicitation", "user dialog"}), "request")
-    _closed(decision, frozenset({"denied", "declined", "cancelled"}), "decision")
-    return f"Claude Code unattended decision (mode: {mode}; request: {request}; decision: {decision})"
-
-
-CODEX_PERMISSION_REQUESTS = frozenset(
-    {
-        "command approval",
-        "file approval",
-        "permission grant",
-        "user input",
-        "MCP elicitation",
-        "command execution",
-        "file change",
-        "sandbox execution",
-    }
-)
-
-
-def codex_permission_line(*, mode: str, request: str, decision: str) -> str:
-    _closed(
-        mode,
-        frozenset({"never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"}),
-        "mode",
-    )
-    _closed(request, CODEX_PERMISSION_REQUESTS, "request")
-    _closed(decision, frozenset({"cancelled", "declined", "denied", "empty response", "failed"}), "decision")
-    return f"Codex unattended decision (mode: {mode}; request: {request}; decision: {decision})"
+    def __repr__(self) -> str:
+        return f"FailureFacts({self.line()!r})"
 
 
 def join_lines(*lines: str | None) -> str | None:

@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 from machines import TransitionSink
 from supervisor._abort import AbortSignal
 from supervisor._errors import DuplicateProvider, InvalidRequest, NoProvider, UnsupportedCapability
-from supervisor._run import ProviderRun
+from supervisor._handle import Run
 from supervisor._seam import Capabilities, SubagentRequest
 
 log = logging.getLogger("supervisor")
@@ -42,13 +42,15 @@ class Provider(Protocol):
     @property
     def inherits_parent_context(self) -> bool: ...
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ProviderRun:
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
         """A fresh, unstarted run for ``request``."""
         ...
 
 
 def require_asyncio() -> None:
-    """python-statemachine's async engine and the ACP SDK need asyncio: say so plainly."""
+    """Runs need asyncio itself, not just anyio: the process layer subclasses asyncio's
+    ``SubprocessStreamProtocol`` and builds its ``Process`` by hand, and the ACP SDK
+    speaks over asyncio streams.  Say so plainly instead of failing deep inside."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -99,7 +101,7 @@ class Registry:
         task_group: TaskGroup,
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
-    ) -> ProviderRun:
+    ) -> Run:
         """Lower level than :meth:`run`: the run's background work lives in ``task_group``.
 
         The caller must ``dispose()`` the returned run.
@@ -118,7 +120,7 @@ class Registry:
         *,
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
-    ) -> AsyncIterator[ProviderRun]:
+    ) -> AsyncIterator[Run]:
         """Start and publish a run; leaving the block disposes it (shielded).
 
         Leaving while the run is still in flight is a local cancellation.

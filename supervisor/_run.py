@@ -1,6 +1,8 @@
-"""A published run, and the start/settle/cancel/dispose rules every provider shares.
+"""The base every provider's run extends, and the start/settle/cancel/dispose rules
+they all share.
 
-A provider subclasses :class:`ProviderRun` and fills in four hooks:
+A provider subclasses :class:`ProviderRun` (generic in its config model), sets the
+class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 
 * ``_start()``   spawn the child and finish the protocol handshake (stages before
   publication); raise :class:`StepFailed` with safe facts on failure;
@@ -10,25 +12,29 @@ A provider subclasses :class:`ProviderRun` and fills in four hooks:
 
 Everything else (abort and cancellation rules, the single settlement, rollback and
 dispose over the whole tree, the audit trail, the diagnostic bound) lives here, so
-every provider behaves the same at the seam.
+every provider behaves the same at the seam.  A run is built from one
+:class:`RunContext`; callers see it only as a :class:`~supervisor.Run`.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from machines import SETTLED, AuditTrail, Lifecycle, TeardownLadder, TransitionSink
+from machines import SETTLED, AuditTrail, CommonEvent, Lifecycle, TeardownLadder, TransitionSink, Vocabulary
+from supervisor import _telemetry
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
-from supervisor._diagnostic import FailureFacts, ProviderLabel, bound_diagnostic, join_lines
+from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import (
@@ -64,29 +70,39 @@ class StepFailed(Exception):
         return text
 
 
-class ProviderRun(ABC):
-    """One child run.  Obtain it from ``Registry.run``; never construct it by hand."""
+ConfigT = TypeVar("ConfigT", bound=ProviderConfig)
 
-    label: ClassVar[ProviderLabel]
+
+@dataclass(frozen=True, slots=True)
+class RunContext(Generic[ConfigT]):
+    """Everything a run is built from: what a provider's ``create_run`` hands its run."""
+
+    provider_name: str
+    config: ConfigT
+    request: SubagentRequest
+    trace: TransitionSink | None = None
+    """Sees every transition as it happens (the CLI's ``--trace``)."""
+    tree: TreeBackend | None = None
+    """Replaces the process-table backend (tests model an unkillable tree with it)."""
+
+
+class ProviderRun(ABC, Generic[ConfigT]):
+    """The base of every provider's run.  Callers obtain runs from ``Registry.run`` and
+    see them as :class:`~supervisor.Run`; the rest of this class is for providers."""
+
+    vocabulary: ClassVar[Vocabulary]
     lifecycle: ClassVar[type[Lifecycle]]
-    teardown_stage: ClassVar[str] = "teardown"
 
-    def __init__(
-        self,
-        *,
-        provider_name: str,
-        config: ProviderConfig,
-        request: SubagentRequest,
-        trace: TransitionSink | None = None,
-        tree: TreeBackend | None = None,
-    ) -> None:
+    def __init__(self, context: RunContext[ConfigT]) -> None:
         self.id = str(uuid.uuid4())
-        self.tree: TreeBackend = tree if tree is not None else PsutilTree()
-        self.provider_name = provider_name
-        self.config = config
-        self.request = request
-        self.audit = AuditTrail(self.id, sink=trace)
+        self.tree: TreeBackend = context.tree if context.tree is not None else PsutilTree()
+        self.provider_name = context.provider_name
+        self.config: ConfigT = context.config
+        self.request = context.request
+        self._telemetry = _telemetry.for_run()
+        self.audit = AuditTrail(self.id, sink=self._telemetry.sink(context.trace))
         self.machine = self.lifecycle(listeners=[self.audit])
+        self._published = False
         self.process: ManagedProcess | None = None
         self._task_group: TaskGroup | None = None
         self._closed = anyio.Event()
@@ -107,6 +123,11 @@ class ProviderRun(ABC):
     def stage(self) -> str:
         """The current stage, read from the lifecycle machine."""
         return self.machine.stage
+
+    @property
+    def stages_entered(self) -> tuple[str, ...]:
+        """Stage names in the order first entered, without repeats."""
+        return self.machine.stages_entered
 
     @property
     def state(self) -> str:
@@ -152,8 +173,8 @@ class ProviderRun(ABC):
             return
         self._cancelled_locally = True
         self._settle(SubagentResult(output=self._output(), stop_reason=StopReason.ABORTED))
-        if self.machine.allows("cancelled"):
-            self.machine.send("cancelled")
+        if self._published:  # before publication, the start's own rollback records the end
+            self.machine.send(CommonEvent.CANCELLED)
         self._drive_scope.cancel()
         if self._task_group is not None:
             self._remote_cancel_done = anyio.Event()
@@ -166,10 +187,11 @@ class ProviderRun(ABC):
             with anyio.CancelScope(shield=True):
                 try:
                     self.cancel()
-                    self._dispose_error = await self._teardown("dispose_requested")
+                    self._dispose_error = await self._teardown(CommonEvent.DISPOSE_REQUESTED)
                 finally:
                     self._dispose_done.set()
                     self._closed.set()
+                    self._telemetry.end(self, self._result, self._dispose_error)
         else:
             await self._dispose_done.wait()
         if self._dispose_error is not None:
@@ -192,21 +214,22 @@ class ProviderRun(ABC):
     def _output(self) -> str:
         """The (partial) output collected so far."""
 
-    async def _remote_cancel(self) -> None:  # noqa: B027 - optional hook
+    async def _remote_cancel(self) -> None:
         """The protocol's best-effort cancel; failures are only logged."""
 
-    async def _before_ladder(self) -> None:  # noqa: B027 - optional hook
+    async def _before_ladder(self) -> None:
         """Protocol-level shutdown before the process ladder (bounded by the provider)."""
 
-    async def _after_ladder(self) -> None:  # noqa: B027 - optional hook
+    async def _after_ladder(self) -> None:
         """Release protocol resources once the tree is gone."""
 
     def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
-        """Safe facts for a failed teardown; providers may refine the category."""
-        exit_facts = report.exit if report is not None else None
+        """Safe facts for a failed teardown: ``<teardown stage>/unknown``, with the exit
+        facts when the vocabulary puts them on teardown lines; providers may refine it."""
+        exit_facts = report.exit if report is not None and self.vocabulary.teardown_exit_facts else None
         return FailureFacts(
-            self.label,
-            self.teardown_stage,
+            self.vocabulary,
+            self.vocabulary.teardown_stage,
             "unknown",
             exit_code=exit_facts.exit_code if exit_facts else None,
             signal=exit_facts.signal if exit_facts else None,
@@ -220,15 +243,10 @@ class ProviderRun(ABC):
         assert self._task_group is not None, "the run has not been started"
         return self._task_group
 
-    def fact(self, event: str) -> None:
-        """Feed a protocol or process fact to the lifecycle machine.
-
-        After a local cancellation, late facts the machine no longer accepts are
-        expected (the child keeps talking for a moment) and are dropped.
-        """
-        if self._cancelled_locally and not self.machine.allows(event):
-            log.debug("run %s: late fact %r after local cancellation", self.id, event)
-            return
+    def fact(self, event: enum.StrEnum) -> None:
+        """Feed a protocol or process fact (a member of the chart's event enum) to the
+        lifecycle machine.  Facts that may arrive after a local cancellation are late-fact
+        rows of the chart; anything else the chart does not allow raises."""
         self.machine.send(event)
 
     def resolve_cwd(self, *, category: str = "configuration") -> Path:
@@ -247,6 +265,7 @@ class ProviderRun(ABC):
         config = self.config
         if env is None:
             env = child_environment(config.env, remove=config.env_remove, run_tag=self.id)
+        env = self._telemetry.child_env(env, explicit=config.env)
         return SpawnSpec(
             argv=argv,
             cwd=cwd,
@@ -260,7 +279,7 @@ class ProviderRun(ABC):
         )
 
     async def spawn_child(
-        self, spec: SpawnSpec, *, failed_as: str, fact: str | None = None
+        self, spec: SpawnSpec, *, failed_as: str, fact: enum.StrEnum | None = None
     ) -> ManagedProcess:
         """Spawn the run's child; a failure to start it fails the start as ``failed_as``.
 
@@ -275,9 +294,25 @@ class ProviderRun(ABC):
             raise StepFailed(self.failure(failed_as)) from exc
         return self.process
 
-    def failure(self, category: str, **facts: object) -> FailureFacts:
-        """Facts for a failure in the current stage."""
-        return FailureFacts(self.label, self.stage, category, **facts)  # type: ignore[arg-type]
+    def failure(
+        self,
+        category: str,
+        *,
+        stage: str | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        **fields: str | int | None,
+    ) -> FailureFacts:
+        """Facts for a failure in the current stage (or ``stage``), checked against the
+        provider's vocabulary; ``fields`` are its extra closed fields by key."""
+        return FailureFacts(
+            self.vocabulary,
+            self.stage if stage is None else stage,
+            category,
+            exit_code=exit_code,
+            signal=signal,
+            **fields,
+        )
 
     def note_output(self) -> None:
         """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""
@@ -294,9 +329,17 @@ class ProviderRun(ABC):
 
         On failure the child is rolled back to quiescence before the error is raised.
         """
+        self._telemetry.begin(self)
+        try:
+            await self._start_and_publish(task_group, abort)
+        except BaseException as exc:
+            self._telemetry.start_failed(self, exc)
+            raise
+
+    async def _start_and_publish(self, task_group: TaskGroup, abort: AbortSignal | None) -> None:
         self._task_group = await task_group.start(self._host)
         if abort is not None and abort.aborted:
-            await self._rollback("start_aborted")
+            await self._rollback(CommonEvent.START_ABORTED)
             raise StartAborted(self._aborted_text())
         failure: StepFailed | None = None
         try:
@@ -314,29 +357,32 @@ class ProviderRun(ABC):
                     remove()
         except anyio.get_cancelled_exc_class():
             # The caller's scope was cancelled: roll back, then let the cancellation go on.
-            teardown_error = await self._rollback("start_aborted")
+            teardown_error = await self._rollback(CommonEvent.START_ABORTED)
             if teardown_error is not None:
                 log.error("run %s: rollback after cancellation failed: %s", self.id, teardown_error)
             raise
         if scope.cancelled_caught:
-            teardown_error = await self._rollback("start_aborted")
+            teardown_error = await self._rollback(CommonEvent.START_ABORTED)
             if teardown_error is not None:
                 raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
             raise StartAborted(self._aborted_text())
         if failure is not None:
             log.info("run %s: start failed: %s", self.id, failure.diagnostic, exc_info=failure.__cause__)
-            teardown_error = await self._rollback("start_failed")
+            teardown_error = await self._rollback(CommonEvent.START_FAILED)
             text = bound_diagnostic(
                 join_lines(failure.diagnostic, teardown_error.diagnostic if teardown_error else None)
             )
             assert text is not None
             raise StartFailed(text, quiescent=teardown_error is None) from failure
+        self._published = True
+        if self._cancelled_locally:  # cancelled while starting: settled already
+            self.machine.send(CommonEvent.CANCELLED)
         if abort is not None:
             self._remove_abort = abort.add_callback(self.cancel)
         self.task_group.start_soon(self._drive_and_settle)
 
     def _aborted_text(self) -> str:
-        return f"subagent request was aborted before the {self.label} child started"
+        return f"subagent request was aborted before the {self.vocabulary.label} child started"
 
     async def _host(self, *, task_status: TaskStatus[TaskGroup]) -> None:
         """The run's own task group, shielded until the run is closed.
@@ -351,7 +397,7 @@ class ProviderRun(ABC):
                 await self._closed.wait()
                 own.cancel_scope.cancel()
 
-    async def _rollback(self, event: str) -> TeardownFailed | None:
+    async def _rollback(self, event: CommonEvent) -> TeardownFailed | None:
         error: TeardownFailed | None = None
         with anyio.CancelScope(shield=True):
             try:
@@ -382,7 +428,7 @@ class ProviderRun(ABC):
         if result is None:  # cancelled locally: already settled
             return
         if not self._cancelled_locally and self.machine.state_name != SETTLED:
-            self.machine.send("failed")
+            self.machine.send(CommonEvent.FAILED)
         self._settle(result)
 
     async def _best_effort_remote_cancel(self, done: anyio.Event) -> None:
@@ -396,11 +442,10 @@ class ProviderRun(ABC):
 
     # -- teardown ---------------------------------------------------------------------
 
-    async def _teardown(self, event: str) -> TeardownFailed | None:
+    async def _teardown(self, event: CommonEvent) -> TeardownFailed | None:
         """Move into the teardown stage, take the tree down, and record the outcome."""
         self._remove_abort()
-        if self.machine.allows(event):
-            self.machine.send(event)
+        self.machine.send(event)
         report: TeardownReport | None = None
         if self._remote_cancel_done is not None:  # let the protocol's cancel go out first
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
@@ -421,11 +466,11 @@ class ProviderRun(ABC):
             log.warning("run %s: releasing protocol resources failed", self.id, exc_info=exc)
         self._quiescent = report is None or report.quiescent
         if self._quiescent:
-            self.machine.send("tree_gone")
+            self.machine.send(CommonEvent.TREE_GONE)
             return None
         assert report is not None
         log.error("run %s: tree not gone after SIGKILL; survivors %s", self.id, report.survivors)
-        self.machine.send("tree_survived")
+        self.machine.send(CommonEvent.TREE_SURVIVED)
         line = self._teardown_facts(report).line()
         return TeardownFailed(bound_diagnostic(line) or line)
 

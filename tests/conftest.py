@@ -16,10 +16,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 from hypothesis import HealthCheck, settings
+
+from supervisor import Run
+from supervisor._run import ProviderRun
 
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
@@ -40,6 +44,12 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, stateful_step_count=20, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def internals(run: Run) -> ProviderRun[Any]:
+    """A caller's :class:`Run` as the provider base it is (tests look at its process)."""
+    assert isinstance(run, ProviderRun)
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Foreground text and one-shot job settlement (SPEC 6)."""
+"""Foreground text and one-shot job settlement."""
 
 from __future__ import annotations
 

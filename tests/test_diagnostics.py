@@ -6,27 +6,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from machines.acp import ACP_VOCABULARY
+from machines.claude_code import CLAUDE_CODE_VOCABULARY
+from machines.codex import CODEX_VOCABULARY
+from machines.dsh_sdk import DSH_SDK_VOCABULARY
 from supervisor import MAX_DIAGNOSTIC_BYTES, StartFailed, SubagentResult, bound_diagnostic
-from supervisor._diagnostic import (
-    TRUNCATION_SUFFIX,
-    FailureFacts,
-    ProviderLabel,
-    acp_permission_line,
-    claude_code_permission_line,
-    codex_permission_line,
-)
+from supervisor._diagnostic import TRUNCATION_SUFFIX, FailureFacts
 
 
 def test_fields_in_fixed_order() -> None:
-    line = FailureFacts(ProviderLabel.CODEX, "process", "process", exit_code=None, signal="SIGKILL").line()
+    line = FailureFacts(CODEX_VOCABULARY, "process", "process", exit_code=None, signal="SIGKILL").line()
     assert line == "Subagent failure (provider: Codex; stage: process; category: process; signal: SIGKILL)"
-    line = FailureFacts(ProviderLabel.CODEX, "turn", "transport", http_status=429).line()
+    line = FailureFacts(CODEX_VOCABULARY, "turn", "transport", http_status=429).line()
     assert line == "Subagent failure (provider: Codex; stage: turn; category: transport; HTTP status: 429)"
-    line = FailureFacts(ProviderLabel.ACP, "process", "process-exit", exit_code=3).line()
+    line = FailureFacts(ACP_VOCABULARY, "process", "process-exit", exit_code=3).line()
     assert line == "Subagent failure (provider: ACP; stage: process; category: process-exit; exit code: 3)"
-    line = FailureFacts(ProviderLabel.DSH_SDK, "session-run", "missing-terminal").line()
+    line = FailureFacts(DSH_SDK_VOCABULARY, "session-run", "missing-terminal").line()
     assert line == "Subagent failure (provider: DSH SDK; stage: session-run; category: missing-terminal)"
-    line = FailureFacts(ProviderLabel.CLAUDE_CODE, "teardown", "unknown", exit_code=0).line()
+    line = FailureFacts(CLAUDE_CODE_VOCABULARY, "teardown", "unknown", exit_code=0).line()
     assert (
         line == "Subagent failure (provider: Claude Code; stage: teardown; category: unknown; exit code: 0)"
     )
@@ -35,15 +32,15 @@ def test_fields_in_fixed_order() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"provider": ProviderLabel.ACP, "stage": "turn", "category": "unknown"},
-        {"provider": ProviderLabel.ACP, "stage": "prompt", "category": "limit"},
-        {"provider": ProviderLabel.CODEX, "stage": "turn", "category": "unknown", "stop_reason": "unknown"},
-        {"provider": ProviderLabel.ACP, "stage": "prompt", "category": "unknown", "stop_reason": "end_turn"},
-        {"provider": ProviderLabel.ACP, "stage": "prompt", "category": "unknown", "http_status": 500},
-        {"provider": ProviderLabel.CODEX, "stage": "turn", "category": "service", "http_status": 70000},
-        {"provider": ProviderLabel.ACP, "stage": "prompt", "category": "transport", "exit_code": 1},
-        {"provider": ProviderLabel.DSH_SDK, "stage": "session-run", "category": "transport", "exit_code": 1},
-        {"provider": ProviderLabel.CODEX, "stage": "process", "category": "process", "signal": "kill -9; rm"},
+        {"vocabulary": ACP_VOCABULARY, "stage": "turn", "category": "unknown"},
+        {"vocabulary": ACP_VOCABULARY, "stage": "prompt", "category": "limit"},
+        {"vocabulary": CODEX_VOCABULARY, "stage": "turn", "category": "unknown", "stop_reason": "unknown"},
+        {"vocabulary": ACP_VOCABULARY, "stage": "prompt", "category": "unknown", "stop_reason": "end_turn"},
+        {"vocabulary": ACP_VOCABULARY, "stage": "prompt", "category": "unknown", "http_status": 500},
+        {"vocabulary": CODEX_VOCABULARY, "stage": "turn", "category": "service", "http_status": 70000},
+        {"vocabulary": ACP_VOCABULARY, "stage": "prompt", "category": "transport", "exit_code": 1},
+        {"vocabulary": DSH_SDK_VOCABULARY, "stage": "session-run", "category": "transport", "exit_code": 1},
+        {"vocabulary": CODEX_VOCABULARY, "stage": "process", "category": "process", "signal": "kill -9; rm"},
     ],
 )
 def test_facts_outside_the_closed_vocabulary_are_refused(kwargs: dict[str, object]) -> None:
@@ -52,23 +49,23 @@ def test_facts_outside_the_closed_vocabulary_are_refused(kwargs: dict[str, objec
 
 
 def test_permission_lines() -> None:
-    assert acp_permission_line(policy="allow", kind="execute", decision="allowed") == (
+    assert ACP_VOCABULARY.permission_line(policy="allow", request="execute", decision="allowed") == (
         "ACP unattended decision (policy: allow; request: execute; decision: allowed)"
     )
-    assert acp_permission_line(policy="reject", kind="rm -rf /", decision="denied") == (
+    assert ACP_VOCABULARY.permission_line(policy="reject", request="rm -rf /", decision="denied") == (
         "ACP unattended decision (policy: reject; request: unknown; decision: denied)"
     )
-    assert acp_permission_line(policy="reject", kind=None, decision="denied").endswith(
+    assert ACP_VOCABULARY.permission_line(policy="reject", request=None, decision="denied").endswith(
         "request: unknown; decision: denied)"
     )
-    assert claude_code_permission_line(mode="dontAsk", request="tool permission", decision="denied") == (
-        "Claude Code unattended decision (mode: dontAsk; request: tool permission; decision: denied)"
-    )
-    assert codex_permission_line(mode="never", request="command approval", decision="declined") == (
-        "Codex unattended decision (mode: never; request: command approval; decision: declined)"
-    )
+    assert CLAUDE_CODE_VOCABULARY.permission_line(
+        mode="dontAsk", request="tool permission", decision="denied"
+    ) == ("Claude Code unattended decision (mode: dontAsk; request: tool permission; decision: denied)")
+    assert CODEX_VOCABULARY.permission_line(
+        mode="never", request="command approval", decision="declined"
+    ) == ("Codex unattended decision (mode: never; request: command approval; decision: declined)")
     with pytest.raises(ValueError, match="unknown request"):
-        codex_permission_line(mode="never", request="anything the child said", decision="declined")
+        CODEX_VOCABULARY.permission_line(mode="never", request="anything the child said", decision="declined")
 
 
 def test_exactly_4096_bytes_pass_unchanged() -> None:

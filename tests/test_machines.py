@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 from pathlib import Path
 
@@ -89,10 +90,6 @@ def test_committed_diagrams_are_current() -> None:
     assert _diagrams.stale() == []
 
 
-def test_mermaid_is_byte_stable() -> None:
-    assert _diagrams.render() == _diagrams.render()
-
-
 def test_machines_do_no_io() -> None:
     forbidden = {"anyio", "asyncio", "subprocess", "os", "socket", "psutil", "supervisor", "trio"}
     for path in Path(machines.__file__).parent.glob("*.py"):
@@ -104,3 +101,86 @@ def test_machines_do_no_io() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module.split(".")[0])
         assert not imported & forbidden, f"{path.name} imports {imported & forbidden}"
+
+
+# -- typed events: every fact a run sends is a row of its own chart ---------------------------
+
+_RUN_MODULES = {
+    "acp": ("supervisor/providers/acp", "AcpEvent"),
+    "dsh_sdk": ("supervisor/providers/dsh_sdk", "DshSdkEvent"),
+    "claude_code": ("supervisor/providers/claude_code", "ClaudeCodeEvent"),
+    "codex": ("supervisor/providers/codex", "CodexEvent"),
+}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _sent_facts(folder: Path) -> list[tuple[str, str]]:
+    """``(Enum, MEMBER)`` of every ``fact(...)``/``fact=`` argument in a provider package."""
+    sent: list[tuple[str, str]] = []
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            values: list[ast.expr] = []
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "fact":
+                    values.extend(node.args)
+                values.extend(k.value for k in node.keywords if k.arg == "fact")
+            for value in values:
+                assert isinstance(value, ast.Attribute | ast.Name), (
+                    f"{path.name}: a fact must be an enum member"
+                )
+                # ``verdict.event`` and the like are typed by mypy as the chart's enum
+                if (
+                    isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id.endswith("Event")
+                ):
+                    sent.append((value.value.id, value.attr))
+    return sent
+
+
+@pytest.mark.parametrize("short", sorted(_RUN_MODULES))
+def test_every_fact_a_run_sends_is_in_its_table(short: str) -> None:
+    folder, enum_name = _RUN_MODULES[short]
+    (chart,) = all_machines()[short]
+    assert issubclass(chart, Lifecycle)
+    assert chart.EVENTS.__name__ == enum_name
+    table_events = {event for event, _, _ in chart.TABLE}
+    sent = _sent_facts(ROOT / folder)
+    assert sent, "the run sends facts"
+    for enum_used, member in sent:
+        assert enum_used == enum_name, f"{short} sends a fact of {enum_used}"
+        assert chart.EVENTS[member].value in table_events
+
+
+@pytest.mark.parametrize("cls", LIFECYCLES, ids=lambda c: c.__name__)
+def test_every_event_of_a_chart_has_a_row(cls: type[Lifecycle]) -> None:
+    table_events = {event for event, _, _ in cls.TABLE}
+    assert {e.value for e in cls.EVENTS} <= table_events
+    assert table_events <= {e.value for e in cls.EVENTS} | {e.value for e in machines.CommonEvent}
+
+
+@pytest.mark.parametrize("cls", LIFECYCLES, ids=lambda c: c.__name__)
+def test_chart_names_its_real_module(cls: type[Lifecycle]) -> None:
+    module = importlib.import_module(cls.__module__)
+    assert getattr(module, cls.__name__) is cls
+
+
+def test_a_row_with_an_event_outside_the_enum_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a member"):
+        machines.build_lifecycle(
+            "Bad",
+            stages=("a",),
+            events=machines.CommonEvent,
+            table=(("typo", "a", SETTLED),),
+            doc="",
+            module=__name__,
+        )
+
+
+@pytest.mark.parametrize("short", sorted(_RUN_MODULES))
+def test_vocabulary_stages_are_the_charts(short: str) -> None:
+    module = importlib.import_module(f"machines.{short}")
+    (chart,) = all_machines()[short]
+    vocabularies = [v for v in vars(module).values() if isinstance(v, machines.Vocabulary)]
+    assert len(vocabularies) == 1
+    assert vocabularies[0].stages == chart.STAGES

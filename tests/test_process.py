@@ -26,7 +26,7 @@ from supervisor.process import (
     set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 

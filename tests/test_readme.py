@@ -23,3 +23,8 @@ def test_readme_shows_every_current_lifecycle_diagram() -> None:
         current = re.search(r"```mermaid\n.*?```", text, re.S)
         assert current is not None
         assert current.group(0) in README, f"README lacks the current {name} diagram"
+
+
+def test_readme_shows_the_complete_third_party_provider() -> None:
+    module = (ROOT / "tests" / "plugin_provider" / "echo_provider" / "__init__.py").read_text()
+    assert f"```python\n{module.rstrip()}\n```" in README

@@ -33,8 +33,8 @@ from supervisor import (
     TeardownFailed,
     UnsupportedCapability,
 )
-from tests.scripted import ScriptedConfig, ScriptedProvider, scripted
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.scripted import ScriptedConfig, ScriptedProvider, scripted
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -118,7 +118,7 @@ async def test_a_completed_run(tmp_path: Path) -> None:
     assert run.state == "quiescent"
     assert run.quiescent is True
     assert run.stage == "teardown"
-    assert run.machine.stages_entered == ("initialize", "prompt", "teardown")
+    assert run.stages_entered == ("initialize", "prompt", "teardown")
     assert [(t.event, t.source, t.target) for t in run.audit.entries] == [
         ("hello_received", "initialize", "prompt"),
         ("answer_received", "prompt", "settled"),
@@ -137,7 +137,9 @@ async def test_start_failure_names_stage_and_exit_and_rolls_back(tmp_path: Path)
     with pytest.raises(StartFailed) as info:
         async with registry.run("scripted", request(tmp_path)):
             pytest.fail("must not publish")
-    expected = "Subagent failure (provider: ACP; stage: initialize; category: process-exit; exit code: 3)"
+    expected = (
+        "Subagent failure (provider: Scripted; stage: initialize; category: process-exit; exit code: 3)"
+    )
     assert str(info.value) == expected
     assert info.value.diagnostic == expected
     assert info.value.quiescent
@@ -157,7 +159,7 @@ async def test_spawn_failure_is_process_start(tmp_path: Path) -> None:
     with pytest.raises(StartFailed) as info:
         async with registry.run("scripted", request(tmp_path)):
             pass
-    assert str(info.value) == "Subagent failure (provider: ACP; stage: process; category: process-start)"
+    assert str(info.value) == "Subagent failure (provider: Scripted; stage: process; category: process-start)"
     assert "missing-agent" not in str(info.value)
     assert "missing-agent" in repr(info.value.__cause__.__cause__)  # type: ignore[union-attr]
 
@@ -186,7 +188,7 @@ async def test_abort_before_start_spawns_nothing(tmp_path: Path) -> None:
     with pytest.raises(StartAborted) as info:
         async with registry.run("scripted", request(tmp_path), abort=signal_):
             pass
-    assert str(info.value) == "subagent request was aborted before the ACP child started"
+    assert str(info.value) == "subagent request was aborted before the Scripted child started"
     assert info.value.code == "START_ABORTED"
 
 
@@ -264,7 +266,7 @@ async def test_child_exit_after_publication_is_a_process_failure(
     assert result.output == "working on t"
     assert (
         result.diagnostic
-        == f"Subagent failure (provider: ACP; stage: process; category: process-exit; {tail}"
+        == f"Subagent failure (provider: Scripted; stage: process; category: process-exit; {tail}"
     )
 
 
@@ -300,7 +302,7 @@ async def test_a_tree_that_will_not_die_fails_dispose(
     with pytest.raises(TeardownFailed) as info:
         async with registry.run("scripted", request(tmp_path)) as run:
             await run.result()
-    expected = "Subagent failure (provider: ACP; stage: teardown; category: unknown; exit code: 0)"
+    expected = "Subagent failure (provider: Scripted; stage: teardown; category: unknown; exit code: 0)"
     assert str(info.value) == expected
     assert info.value.quiescent is False
     assert run.quiescent is False
@@ -318,8 +320,8 @@ async def test_failed_start_whose_rollback_fails_carries_both_lines(
         async with registry.run("scripted", request(tmp_path)):
             pass
     assert str(info.value) == (
-        "Subagent failure (provider: ACP; stage: initialize; category: process-exit; exit code: 4)\n"
-        "Subagent failure (provider: ACP; stage: teardown; category: unknown; exit code: 4)"
+        "Subagent failure (provider: Scripted; stage: initialize; category: process-exit; exit code: 4)\n"
+        "Subagent failure (provider: Scripted; stage: teardown; category: unknown; exit code: 4)"
     )
     assert info.value.quiescent is False
 
@@ -343,7 +345,7 @@ async def test_aborted_start_whose_rollback_fails_carries_the_teardown_line_alon
                 pass
     assert (
         str(info.value)
-        == "Subagent failure (provider: ACP; stage: teardown; category: unknown; signal: SIGTERM)"
+        == "Subagent failure (provider: Scripted; stage: teardown; category: unknown; signal: SIGTERM)"
     )
     assert not info.value.quiescent
 
@@ -391,7 +393,7 @@ def test_run_ids_never_reuse_the_child_session() -> None:
 
 
 async def test_runs_on_asyncio_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """python-statemachine's async engine and the ACP SDK need asyncio; another backend is refused."""
+    """Runs need asyncio itself (the process layer's protocol and Process, the ACP SDK's streams)."""
 
     def no_asyncio_loop() -> None:
         raise RuntimeError("no running event loop")

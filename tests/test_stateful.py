@@ -53,8 +53,8 @@ from supervisor.process import (
     child_environment,
     set_subreaper,
 )
-from tests.conftest import CHILDREN, PYTHON, tagged
-from tests.scripted import scripted
+from tests.conftest import CHILDREN, PYTHON, internals, tagged
+from tests.support.scripted import scripted
 
 BEHAVE = str(CHILDREN / "behave.py")
 SECRET = "sk-stateful-" + uuid.uuid4().hex
@@ -185,7 +185,7 @@ class RunMachine(RuleBasedStateMachine):
         self.portal, self.task_group, _ = self._stack.enter_context(portal_with_task_group())
         self.registry = Registry()
         self.registry.register(scripted({"LINE_AGENT_STDERR": SECRET}, stderr="log"))
-        self.open: list[ProviderRun] = []
+        self.open: list[ProviderRun[Any]] = []
         self.settled: dict[str, SubagentResult] = {}
 
     @rule(
@@ -193,7 +193,7 @@ class RunMachine(RuleBasedStateMachine):
         answer=st.sampled_from(["echo", "hang", "exit:5", "signal:SIGKILL"]),
         ignore_eof=st.booleans(),
     )
-    def start(self, answer: str, ignore_eof: bool) -> ProviderRun:
+    def start(self, answer: str, ignore_eof: bool) -> ProviderRun[Any]:
         env: dict[str, str | None] = {"LINE_AGENT_ANSWER": answer, "LINE_AGENT_STDERR": SECRET}
         if ignore_eof:
             env["LINE_AGENT_IGNORE_EOF"] = "1"
@@ -201,14 +201,14 @@ class RunMachine(RuleBasedStateMachine):
         self.registry.unregister("scripted")
         self.registry.register(provider)
         request = SubagentRequest(task=f"task {SECRET}", parent_cwd=Path.cwd())
-        run: ProviderRun = self.portal.call(
-            lambda: self.registry.start("scripted", request, task_group=self.task_group)
+        run = internals(
+            self.portal.call(lambda: self.registry.start("scripted", request, task_group=self.task_group))
         )
         self.open.append(run)
         return run
 
     @rule(run=runs)
-    def cancel(self, run: ProviderRun) -> None:
+    def cancel(self, run: ProviderRun[Any]) -> None:
         async def cancel_now() -> tuple[bool, SubagentResult]:
             was_settled = run.settled
             run.cancel()
@@ -219,7 +219,7 @@ class RunMachine(RuleBasedStateMachine):
             assert result == SubagentResult(output=result.output, stop_reason=StopReason.ABORTED)
 
     @rule(run=runs)
-    def dispose(self, run: ProviderRun) -> None:
+    def dispose(self, run: ProviderRun[Any]) -> None:
         self.portal.call(run.dispose)
         self.portal.call(run.dispose)  # idempotent
         assert run.quiescent is True
@@ -230,7 +230,7 @@ class RunMachine(RuleBasedStateMachine):
         assert first is result, "a result settles exactly once"
 
     @staticmethod
-    async def _settled_now(run: ProviderRun) -> SubagentResult | None:
+    async def _settled_now(run: ProviderRun[Any]) -> SubagentResult | None:
         with anyio.move_on_after(0):
             return await run.result()
         return None

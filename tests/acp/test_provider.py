@@ -89,7 +89,7 @@ async def run_once(config: Config, tmp_path: Path, task: str = "the task") -> tu
 async def test_stop_reason_mapping(tmp_path: Path, stop: str, expected: SubagentResult) -> None:
     result, run = await run_once(child(STOP=stop), tmp_path)
     assert result == expected
-    assert run.machine.stages_entered == ("initialize", "new-session", "prompt", "teardown")
+    assert run.stages_entered == ("initialize", "new-session", "prompt", "teardown")
 
 
 async def test_malformed_prompt_result_is_a_protocol_failure(tmp_path: Path) -> None:
@@ -268,7 +268,7 @@ async def test_exit_during_prompt_is_process_exit_with_partial_output(tmp_path: 
         stop_reason="error",
         diagnostic="Subagent failure (provider: ACP; stage: process; category: process-exit; exit code: 9)",
     )
-    assert "process" in run.machine.stages_entered
+    assert "process" in run.stages_entered
 
 
 async def test_frame_over_the_limit_is_protocol(tmp_path: Path) -> None:

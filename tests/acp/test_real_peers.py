@@ -9,7 +9,6 @@ claude-agent-acp's ``claude`` grandchild included.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -19,13 +18,13 @@ import pytest
 
 from supervisor import Registry, StderrMode, SubagentRequest, SubagentResult
 from supervisor.providers.acp import Config, Provider
-from tests import peers
 from tests.mockmodel import Hang, HttpError, MockModelServer, Shell, Text, WriteFile
+from tests.support import peers, peers_required
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 MISSING = peers.missing_peers()
-if MISSING and not os.environ.get("CI"):
+if MISSING and not peers_required():
     pytest.skip(
         f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
         allow_module_level=True,

@@ -70,6 +70,8 @@ Failures at a stage:
 - ``TOOL_TITLE=text`` and ``TOOL_RAW_INPUT=json``: the title (default ``<KIND> tool``) and the
   ``rawInput`` (default none) of the tool call of every permission request.
 - ``QUIET_PERMISSION`` flag: the permission answers are not echoed as text.
+- ``STRANGE_METHOD=text``: during the turn, before its text, one notification and one request
+  (never waited for) whose method name is that text, verbatim.
 - ``STDERR_TEXT=text`` (plus a newline) then ``STDERR_BYTES=n`` bytes of filler lines to stderr at
   ``STDERR_AT`` (default ``start``); a blocked stderr pipe blocks the child there.
 
@@ -454,6 +456,9 @@ class Child:
             return None
         if env("NON_TEXT_UPDATES"):
             self.non_text_updates(session_id)
+        if strange := env("STRANGE_METHOD"):
+            self.send({"jsonrpc": "2.0", "method": strange, "params": {"sessionId": session_id}})
+            self.send({"jsonrpc": "2.0", "id": 900001, "method": strange, "params": {}})
         stop = env("STOP", "end_turn")
         for kind in filter(None, env("PERMISSION").split(",")):
             decision, denied = self.ask_permission(session_id, kind)

@@ -1,7 +1,7 @@
 """A fake DSH SDK runtime: NDJSON JSON-RPC on stdio, scripted by ``FAKE_DSH_*`` variables.
 
 Stdlib only; run it as ``python fake_dsh_runtime.py``.  It answers ``initialize``,
-``session/prompt`` and ``shutdown`` the way research/ts-original.md section 7 describes,
+``session/prompt`` and ``shutdown`` the way the DSH runtimes speak them,
 and by default emits a whole turn *before* the prompt's response (the original fake
 does the same): the inbox receipt ``agent/inbox/spliced`` naming ``fake-user-<n>``,
 ``session.status running``, ``turn/start``, two ``text-delta`` chunks (plus a

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 
 from tests.mockmodel import MockModelServer
-from tests.peers import seed_claude_config
+from tests.support import require_module
+from tests.support.peers import seed_claude_config
 
-pytest.importorskip("claude_agent_sdk")
+require_module("claude_agent_sdk")
 
-from supervisor.providers.claude_code import Config, Provider
+from supervisor.providers.claude_code import Config, Provider  # noqa: E402  (after the check)
 
 # Ambient names that must never reach a CLI under test (a developer's real setup).
 _AMBIENT_PREFIXES = ("ANTHROPIC_", "CLAUDE")

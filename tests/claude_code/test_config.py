@@ -10,18 +10,17 @@ from pydantic import ValidationError
 
 from machines import SETTLED
 from machines.claude_code import STAGES, ClaudeCodeLifecycle
-from supervisor import Capabilities, ConfigurationError
-from supervisor.providers import KINDS
+from supervisor import Capabilities, ConfigurationError, installed_kinds
 from supervisor.providers.claude_code import MISSING_SDK, Config, PermissionMode, Provider
 from supervisor.providers.claude_code._command import cli_argv, cli_environment
 from supervisor.providers.claude_code._results import ResultFacts, classify
 
 
 def test_the_kind_is_registered_with_its_extra() -> None:
-    kind = KINDS["claude-code"]
+    kind = installed_kinds()["claude-code"]
     assert kind.extra == "claude-code"
-    assert kind.load().Provider is Provider
-    assert kind.load().Config is Config
+    assert kind.load().provider is Provider
+    assert kind.load().config is Config
 
 
 def test_defaults() -> None:
@@ -164,7 +163,7 @@ def test_a_malformed_result_is_unknown() -> None:
 
 def test_the_lifecycle_table() -> None:
     assert ClaudeCodeLifecycle.STAGES == STAGES == ("query-start", "query-run", "process", "teardown")
-    settling = {event for event, _, target in ClaudeCodeLifecycle.TABLE if target == SETTLED}
+    settling = {event for event, source, target in ClaudeCodeLifecycle.TABLE if target == SETTLED != source}
     assert settling == {
         "result_succeeded",
         "result_failed",

@@ -16,13 +16,13 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor import AbortSignal, Registry, StartAborted, StartFailed, StopReason, SubagentRequest
+from supervisor import AbortSignal, Registry, Run, StartAborted, StartFailed, StopReason, SubagentRequest
 from supervisor import SubagentResult as Result
-from supervisor._run import ProviderRun
 from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.claude_code import Provider
 from supervisor.providers.claude_code._run import DENIAL_MESSAGE
 from tests.claude_code.conftest import FakeCli, assistant_message, result_message
+from tests.conftest import internals
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +41,7 @@ def decision(request: str, verdict: str, mode: str = "dontAsk") -> str:
     return f"Claude Code unattended decision (mode: {mode}; request: {request}; decision: {verdict})"
 
 
-async def run_once(provider: Provider, cwd: Path, task: str = "the task") -> tuple[Result, ProviderRun]:
+async def run_once(provider: Provider, cwd: Path, task: str = "the task") -> tuple[Result, Run]:
     registry = Registry()
     registry.register(provider)
     async with registry.run(provider.name, SubagentRequest(task=task, parent_cwd=cwd)) as run:
@@ -58,7 +58,7 @@ async def test_the_task_reaches_the_cli_and_the_result_text_is_the_answer(fake_c
     assert result == Result(output="the answer", stop_reason=StopReason.COMPLETED)
     assert fake_cli.seen("prompt") == ["summarise the repo"]
     assert fake_cli.seen("cwd") == [str(fake_cli.work)]
-    assert run.machine.stages_entered == ("query-start", "query-run", "teardown")
+    assert run.stages_entered == ("query-start", "query-run", "teardown")
     assert run.exit_facts is not None
     assert run.exit_facts.exit_code == 0
 
@@ -77,8 +77,9 @@ async def test_no_cli_ever_starts_outside_the_supervisor(
     registry.register(provider)
     async with registry.run(provider.name, SubagentRequest(task="t", parent_cwd=fake_cli.work)) as run:
         assert (await run.result()).stop_reason == StopReason.COMPLETED
-        assert run.process is not None
-        assert os.getsid(run.process.pid) == run.process.pid  # its own session, under the supervisor
+        child = internals(run).process
+        assert child is not None
+        assert os.getsid(child.pid) == child.pid  # its own session, under the supervisor
     assert run.quiescent is True
 
 
@@ -200,7 +201,7 @@ async def test_the_result_message_alone_decides_the_category(
     assert result == Result(
         output="partial", stop_reason=StopReason.ERROR, diagnostic=line("query-run", category)
     )
-    assert run.machine.stages_entered == ("query-start", "query-run", "teardown")
+    assert run.stages_entered == ("query-start", "query-run", "teardown")
 
 
 async def test_raw_failure_text_goes_to_the_host_log_only(
@@ -231,7 +232,7 @@ async def test_a_cli_that_exits_before_a_result_is_a_process_failure(
         stop_reason=StopReason.ERROR,
         diagnostic=line("process", "process", **exit_facts),
     )
-    assert run.machine.stages_entered == ("query-start", "query-run", "process", "teardown")
+    assert run.stages_entered == ("query-start", "query-run", "process", "teardown")
 
 
 async def test_a_signalled_cli_reports_the_signal(fake_cli: FakeCli) -> None:
@@ -346,7 +347,8 @@ async def test_a_cli_that_ignores_eof_and_sigterm_is_still_taken_down(fake_cli: 
     registry = Registry()
     registry.register(provider)
     async with registry.run(provider.name, SubagentRequest(task="t", parent_cwd=fake_cli.work)) as run:
-        assert run.process is not None
+        child = internals(run).process
+        assert child is not None
         assert (await run.result()).stop_reason == StopReason.COMPLETED
     assert run.quiescent is True
     assert run.exit_facts is not None

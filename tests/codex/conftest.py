@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.codex.helpers import Transcript
-from tests.codex.schema import ProtocolSchema, generate
 from tests.mockmodel import MockModelServer
-from tests.peers import PeerLaunch, PeerNotInstalled, codex_app_server_launch, codex_binary
+from tests.support import missing_peer
+from tests.support.codex import Transcript
+from tests.support.codex_schema import ProtocolSchema, generate
+from tests.support.peers import PeerLaunch, PeerNotInstalled, codex_app_server_launch, codex_binary
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,8 @@ def codex_bin() -> Path:
     try:
         return codex_binary()
     except PeerNotInstalled as exc:
-        pytest.skip(str(exc))
+        missing_peer(str(exc))
+        raise
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from supervisor._diagnostic import VOCABULARY, FailureFacts, ProviderLabel
+from machines.codex import CODEX_VOCABULARY
+from supervisor._diagnostic import FailureFacts
 from supervisor.providers.codex._classify import OBJECT_VARIANTS, STRING_VARIANTS, Category, classify
-from tests.codex.schema import ProtocolSchema
+from tests.support.codex_schema import ProtocolSchema
 
-# SPEC section 3, the Codex table; "any other well-formed variant" is product-error.
+# The contract's Codex table; "any other well-formed variant" is product-error.
 SPEC_TABLE: dict[str, str] = {
     "contextWindowExceeded": "limit",
     "sessionBudgetExceeded": "limit",
@@ -134,11 +135,11 @@ json_values = st.recursive(
 @given(info=json_values | st.sampled_from(sorted(STRING_VARIANTS)))
 def test_any_value_gives_a_closed_category(info: object) -> None:
     verdict = classify(info)
-    codex = VOCABULARY[ProviderLabel.CODEX]
+    codex = CODEX_VOCABULARY
     assert verdict.category.value in codex.categories
     # The facts always render in the closed shape: nothing of the value is copied.
     line = FailureFacts(
-        ProviderLabel.CODEX, "turn", verdict.category.value, http_status=verdict.http_status
+        CODEX_VOCABULARY, "turn", verdict.category.value, http_status=verdict.http_status
     ).line()
     assert re.fullmatch(
         r"Subagent failure \(provider: Codex; stage: turn; category: [a-z-]+(; HTTP status: \d+)?\)", line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import sys
 import types
@@ -12,9 +13,8 @@ from pydantic import ValidationError
 
 from machines import SETTLED
 from machines.codex import STAGES, CodexLifecycle
-from supervisor import ConfigurationError, SubagentRequest
+from supervisor import ConfigurationError, SubagentRequest, installed_kinds
 from supervisor._seam import NO_CAPABILITIES
-from supervisor.providers import KINDS
 from supervisor.providers.codex import (
     WHEEL,
     Config,
@@ -23,6 +23,9 @@ from supervisor.providers.codex import (
     app_server_argv,
     resolve_binary,
 )
+
+PINNED_WHEEL = "0.163.0"
+"""The newest openai-codex-cli-bin on the index (0.171.0, the protocol's version, is not published)."""
 
 
 def executable(path: Path) -> Path:
@@ -134,14 +137,14 @@ async def test_the_provider_shape(wheel: Path) -> None:
     assert Provider(Config(name="reviewer"), name="explicit").name == "explicit"
     run = provider.create_run(SubagentRequest(task="t"))
     assert run.stage == "initialize"
-    assert run.label == "Codex"
+    assert run.vocabulary.label == "Codex"
 
 
 def test_the_kind_registry_loads_this_module() -> None:
-    module = KINDS["codex"].load()
-    assert module.Config is Config
-    assert module.Provider is Provider
-    assert KINDS["codex"].extra == "codex"
+    kind = installed_kinds()["codex"]
+    assert kind.load().config is Config
+    assert kind.load().provider is Provider
+    assert kind.extra == "codex"
 
 
 def test_argv_spawns_the_native_binary_with_the_fixed_features_last() -> None:
@@ -183,3 +186,23 @@ def test_the_lifecycle_table() -> None:
     assert machine.stages_entered == ("initialize", "thread-start", "turn-start", "turn", "process")
     assert machine.stage == "process"
     assert machine.state_name == SETTLED
+
+
+def test_the_default_binary_is_the_installed_wheels() -> None:
+    """No fake: the ``codex`` extra's wheel is installed by the README's test command."""
+    import importlib.metadata
+
+    import codex_cli_bin
+
+    binary = resolve_binary(Config())
+    assert binary.is_file()
+    assert os.access(binary, os.X_OK)
+    assert Path(codex_cli_bin.__file__).resolve().parent in binary.resolve().parents
+    assert importlib.metadata.version("openai-codex-cli-bin") == PINNED_WHEEL
+
+
+def test_the_codex_extra_pins_the_wheel() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert pyproject["project"]["optional-dependencies"]["codex"] == [f"openai-codex-cli-bin=={PINNED_WHEEL}"]

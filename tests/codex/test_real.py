@@ -17,17 +17,7 @@ import pytest
 
 from supervisor import Registry, StartFailed, StopReason, SubagentResult, foreground_text, job_outcome
 from supervisor.providers.codex import PermissionMode
-from tests.codex.helpers import (
-    Transcript,
-    guarded,
-    kill,
-    mcp_server_overrides,
-    namespaced_tool_calls,
-    provider,
-    request,
-    run_once,
-    tagged_processes,
-)
+from tests.conftest import internals
 from tests.mockmodel import (
     Cut,
     EchoToolResult,
@@ -41,9 +31,20 @@ from tests.mockmodel import (
     ToolCall,
     Turn,
 )
-from tests.peers import PeerLaunch, codex_app_server_launch
+from tests.support.codex import (
+    Transcript,
+    guarded,
+    kill,
+    mcp_server_overrides,
+    namespaced_tool_calls,
+    provider,
+    request,
+    run_once,
+    tagged_processes,
+)
+from tests.support.peers import PeerLaunch, codex_app_server_launch
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 LINE = "Subagent failure (provider: Codex; stage: {stage}; category: {category})"
 
@@ -63,7 +64,7 @@ async def test_success_returns_the_answer_and_reaches_quiescence(
     result, run = await run_once(provider(launch, transcript), launch.cwd, task="say hello, codex")
 
     assert result == SubagentResult(output="MOCK_OK: hello from the mock", stop_reason=StopReason.COMPLETED)
-    assert run.machine.stages_entered == ("initialize", "thread-start", "turn-start", "turn", "teardown")
+    assert run.stages_entered == ("initialize", "thread-start", "turn-start", "turn", "teardown")
     assert run.quiescent is True
     assert run.exit_facts is not None
     assert run.exit_facts.exit_code == 0  # stdin EOF was enough
@@ -292,7 +293,7 @@ async def test_local_cancel_settles_aborted_at_once_and_interrupts_the_turn(
     (started,) = transcript.results("turn/start")
     assert interrupt["params"]["turnId"] == started["turn"]["id"]
     assert run.quiescent is True
-    assert run.machine.state_name == "quiescent"
+    assert run.state == "quiescent"
 
 
 async def test_app_server_killed_mid_turn_is_a_process_failure_with_its_signal(
@@ -303,15 +304,16 @@ async def test_app_server_killed_mid_turn_is_a_process_failure_with_its_signal(
     registry.register(provider(launch, transcript))
     async with registry.run("codex", request(launch.cwd)) as run:
         await transcript.wait_method("item/agentMessage/delta")
-        assert run.process is not None
-        kill(run.process.pid, signal.SIGKILL)
+        child = internals(run).process
+        assert child is not None
+        kill(child.pid, signal.SIGKILL)
         result = await run.result()
     assert result == SubagentResult(
         output="half-an-answer",
         stop_reason=StopReason.ERROR,
         diagnostic=line(stage="process", category="process", signal="SIGKILL"),
     )
-    assert run.machine.stages_entered[-2:] == ("process", "teardown")
+    assert run.stages_entered[-2:] == ("process", "teardown")
     assert run.quiescent is True
 
 
@@ -330,8 +332,9 @@ async def test_a_tool_grandchild_is_never_orphaned(
         assert "started" in mock.model_requests[1].tool_results()[-1]
         tree = [f"{p.pid} {p.name()} ppid={p.ppid()}" for p in tagged_processes(run.id)]
         assert any(" sleep " in f" {t} " for t in tree), f"the tool command should still be running: {tree}"
-        assert run.process is not None
-        kill(run.process.pid, signal.SIGKILL)  # the app-server cannot clean up after itself now
+        child = internals(run).process
+        assert child is not None
+        kill(child.pid, signal.SIGKILL)  # the app-server cannot clean up after itself now
         result = await run.result()
     assert result.diagnostic == line(stage="process", category="process", signal="SIGKILL")
     assert run.quiescent is True

@@ -17,7 +17,7 @@ import pytest
 
 from supervisor import AbortSignal, Registry, StartAborted, StartFailed, StopReason, SubagentResult
 from supervisor.providers.codex import PermissionMode
-from tests.codex.helpers import (
+from tests.support.codex import (
     STANDIN_THREAD,
     STANDIN_TURN,
     Transcript,
@@ -410,7 +410,7 @@ async def test_exit_before_the_terminal_is_a_process_failure(tmp_path: Path, tra
     assert result == SubagentResult(
         output="part", stop_reason="error", diagnostic=line(stage="process", category="process", exit_code=3)
     )
-    assert run.machine.stages_entered == (
+    assert run.stages_entered == (
         "initialize",
         "thread-start",
         "turn-start",
@@ -557,4 +557,6 @@ async def test_runs_of_one_provider_are_isolated(tmp_path: Path) -> None:
 async def test_collected_output_is_bounded(tmp_path: Path, transcript: Transcript) -> None:
     script = [agent_message("é" * 600), turn_completed()]
     result, _ = await run_once(standin(tmp_path, transcript, script=script, max_output_bytes=1001), tmp_path)
-    assert result == SubagentResult(output="é" * 500, stop_reason="completed")  # never a split code point
+    # within the cap, marked, never a split code point
+    assert result == SubagentResult(output="é" * 491 + "\n[output truncated]", stop_reason="completed")
+    assert len(result.output.encode()) <= 1001

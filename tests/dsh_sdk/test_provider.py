@@ -42,24 +42,28 @@ from supervisor import (
     TeardownFailed,
     UnsupportedCapability,
     foreground_text,
+    installed_kinds,
     job_outcome,
 )
 from supervisor._seam import NO_CAPABILITIES
 from supervisor.process import PsutilTree
-from supervisor.providers import KINDS
 from supervisor.providers.dsh_sdk import Config, DshSdkRun, Provider
-from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
-from supervisor.providers.dsh_sdk._wire import (
+from supervisor.providers.dsh_sdk._client import (
     DshClient,
+)
+from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
     DshRpcError,
     DshTimeout,
     DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
     TurnEnd,
 )
-from tests.conftest import CHILDREN, PYTHON
-from tests.unkillable import UnkillableTree, phantom_process
+from supervisor.providers.dsh_sdk._run import child_outcome, failure_category
+from tests.conftest import CHILDREN, PYTHON, internals
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -215,9 +219,9 @@ def test_config_accepts_the_largest_safe_max_tokens() -> None:
 
 
 def test_provider_shape_and_kind_registration() -> None:
-    module = KINDS["dsh-sdk"].load()
-    assert module.Config is Config
-    assert module.Provider is Provider
+    kind = installed_kinds()["dsh-sdk"].load()
+    assert kind.config is Config
+    assert kind.provider is Provider
     provider = Provider(Config(command="x"))
     assert provider.name == "dsh-sdk"
     assert Provider(Config(command="x", name="from-config")).name == "from-config"
@@ -271,7 +275,7 @@ async def test_a_completed_run_end_to_end(tmp_path: Path) -> None:
     assert run.state == "quiescent"
     assert run.quiescent is True
     assert run.stage == "shutdown"
-    assert run.machine.stages_entered == ("initialize", "session-run", "shutdown")
+    assert run.stages_entered == ("initialize", "session-run", "shutdown")
     assert steps(run.audit.entries) == [
         ("initialize_answered", "initialize", "session-run"),
         ("prompt_spliced", "session-run", "session-run"),
@@ -321,8 +325,9 @@ async def test_the_handshake_carries_the_route_and_the_parent_cwd(tmp_path: Path
     provider = dsh(tmp_path, provider="deepseek-official", model="deepseek-test-model", max_tokens=321)
     async with registry_with(provider).run("dsh-sdk", request(tmp_path)) as run:
         await run.result()
-        assert run.process is not None
-        assert Path(psutil.Process(run.process.pid).cwd()) == tmp_path
+        child = internals(run).process
+        assert child is not None
+        assert Path(psutil.Process(child.pid).cwd()) == tmp_path
     (initialize,) = requests_of(tmp_path / RECORD, "initialize")
     assert initialize["params"] == {
         "cwd": str(tmp_path),
@@ -348,8 +353,9 @@ async def test_a_configured_cwd_wins_over_the_parent_cwd(tmp_path: Path) -> None
     provider = dsh(tmp_path, cwd=workspace)
     async with registry_with(provider).run("dsh-sdk", request(tmp_path)) as run:
         await run.result()
-        assert run.process is not None
-        assert Path(psutil.Process(run.process.pid).cwd()) == workspace
+        child = internals(run).process
+        assert child is not None
+        assert Path(psutil.Process(child.pid).cwd()) == workspace
     (initialize,) = requests_of(tmp_path / RECORD, "initialize")
     assert initialize["params"]["cwd"] == str(workspace)
 
@@ -370,8 +376,9 @@ async def test_the_environment_is_scrubbed_and_explicit_env_wins(
     )
     async with registry_with(provider).run("dsh-sdk", request(tmp_path)) as run:
         await run.result()
-        assert run.process is not None
-        child_env = psutil.Process(run.process.pid).environ()
+        child = internals(run).process
+        assert child is not None
+        child_env = psutil.Process(child.pid).environ()
     for scrubbed in ("AMBIENT_API_KEY", "AMBIENT_PASSWORD", "DSH_ROUTE", "DROPPED_AMBIENT", "LISTED_AMBIENT"):
         assert scrubbed not in child_env
     assert child_env["PLAIN_AMBIENT"] == "kept"
@@ -380,7 +387,7 @@ async def test_the_environment_is_scrubbed_and_explicit_env_wins(
     assert child_env["SUBAGENT_SUPERVISOR_RUN"] == run.id
 
 
-# -- the turn-end mapping (SPEC 3, every row) -------------------------------------------
+# -- the turn-end mapping (every row of the contract) -------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ whole group in a ``finally``; nothing waits by sleeping (events, FIFOs, bounded 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import os
@@ -21,18 +20,19 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from supervisor.providers.dsh_sdk._wire import (
+from supervisor.providers.dsh_sdk._client import (
     SERVER_NAME,
-    AsyncioLineReader,
     DshClient,
+)
+from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
     DshRpcError,
     DshTimeout,
     DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
     Notification,
     ServerInfo,
     SessionEvent,
@@ -43,6 +43,9 @@ from supervisor.providers.dsh_sdk._wire import (
     TurnEndKind,
     TurnProgress,
     new_session_id,
+)
+from supervisor.providers.dsh_sdk._streams import (
+    AsyncioLineReader,
 )
 
 FAKE = Path(__file__).resolve().parents[1] / "children" / "fake_dsh_runtime.py"
@@ -531,11 +534,12 @@ async def test_a_hung_shutdown_is_bounded_and_sent_once(tmp_path: Path) -> None:
 
     async with fake_runtime(tmp_path, SHUTDOWN="hang") as fake:
         await fake.initialize()
-        started = anyio.current_time()
-        async with anyio.create_task_group() as group:
-            group.start_soon(shut)
-            group.start_soon(shut)
-        assert anyio.current_time() - started < 5
+        with anyio.fail_after(TIMEOUT):  # a guard against a hang, not a timing claim
+            async with anyio.create_task_group() as group:
+                group.start_soon(shut)
+                group.start_soon(shut)
+        assert len(failures) == 2
+        assert all(isinstance(exc, DshTimeout) for exc in failures)
         with pytest.raises(DshTimeout):
             await fake.client.shutdown(0.3)
         await fake.client.close_input()  # the fake reads on until EOF: the record is complete
@@ -571,21 +575,6 @@ async def test_close_input_is_idempotent_and_a_runtime_that_honours_eof_exits(tm
 
 
 @pytest.mark.anyio
-async def test_the_fake_can_ignore_eof_and_trap_sigterm(tmp_path: Path) -> None:
-    term = tmp_path / "term.fifo"
-    os.mkfifo(term)
-    async with fake_runtime(tmp_path, IGNORE_EOF="1", TRAP_TERM="1", SIGTERM_FILE=str(term)) as fake:
-        await fake.initialize()
-        await fake.client.close_input()
-        with anyio.move_on_after(0.3):
-            await fake.proc.wait()
-        assert fake.proc.returncode is None
-        os.killpg(fake.proc.pid, signal.SIGTERM)
-        assert await wait_fifo(term) == "TERM\n"
-        assert fake.proc.returncode is None
-
-
-@pytest.mark.anyio
 async def test_stderr_noise_never_reaches_the_wire(tmp_path: Path) -> None:
     async with fake_runtime(tmp_path, STDERR="some noise", STDERR_NO_NEWLINE="1", SECRET=SECRET) as fake:
         outcome = await one_turn(fake)
@@ -602,24 +591,11 @@ async def _read_all(chunks: list[bytes], max_frame_bytes: int) -> list[bytes]:
     for chunk in chunks:
         stream.feed_data(chunk)
     stream.feed_eof()
-    reader = AsyncioLineReader(stream, max_frame_bytes=max_frame_bytes, chunk_size=3)
+    reader = AsyncioLineReader(stream, max_frame_bytes=max_frame_bytes)
     lines: list[bytes] = []
     while (line := await reader.receive_line()) is not None:
         lines.append(line)
     return lines
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=12), max_size=6),
-    cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=8),
-)
-def test_the_line_reader_splits_whole_lines_whatever_the_chunking(lines: list[str], cuts: list[int]) -> None:
-    data = b"".join(line.encode("utf-8", "surrogatepass") + b"\n" for line in lines)
-    points = sorted({min(cut, len(data)) for cut in cuts} | {0, len(data)})
-    chunks = [data[start:end] for start, end in itertools.pairwise(points) if end > start]
-    got = asyncio.run(_read_all(chunks, max_frame_bytes=1 << 10))
-    assert got == [line.encode("utf-8", "surrogatepass") for line in lines]
 
 
 def test_the_line_reader_enforces_max_frame_bytes_and_returns_a_final_unterminated_line() -> None:

@@ -3,4 +3,4 @@ secret fuzzing, the diagnostic bound, fault injection at every stage, and load."
 
 import pytest
 
-pytest.register_assert_rewrite("tests.reliability.support")
+pytest.register_assert_rewrite("tests.support.reliability")

@@ -28,12 +28,12 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 
-from machines.acp import AcpLifecycle
+from machines.acp import ACP_TOOL_KINDS, AcpLifecycle
 from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, SubagentRequest, SubagentResult
-from supervisor._diagnostic import ACP_TOOL_KINDS, join_lines
+from supervisor._diagnostic import join_lines
 from supervisor._run import ProviderRun
 from supervisor.providers import acp
-from tests.reliability.support import (
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,
@@ -201,7 +201,7 @@ def model(b: Behaviour) -> Expected:
 
 @dataclass
 class Live:
-    run: ProviderRun
+    run: ProviderRun[Any]
     abort: AbortSignal
     expected: Expected
     behaviour: Behaviour
@@ -216,7 +216,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         self._stack = contextlib.ExitStack()
         self.portal, self.task_group, _ = self._stack.enter_context(portal_with_task_group())
         self.marks = self._stack.enter_context(marks())
-        self.every: list[ProviderRun] = []
+        self.every: list[ProviderRun[Any]] = []
         self.live: list[Live] = []
         self.first_result: dict[str, SubagentResult] = {}
 
@@ -236,7 +236,7 @@ class AcpRunMachine(RuleBasedStateMachine):
             dispose_grace_ms=500,
         )
         request = SubagentRequest(task=f"a task {SECRET}", parent_cwd=Path.cwd())
-        run: ProviderRun = self.portal.call(self._create, acp.Provider(config), request)
+        run: ProviderRun[Any] = self.portal.call(self._create, acp.Provider(config), request)
         self.every.append(run)
         abort = AbortSignal()
         if behaviour.pre_aborted:
@@ -254,7 +254,7 @@ class AcpRunMachine(RuleBasedStateMachine):
             assert str(outcome) == outcome.diagnostic == expected.start_failure
             assert outcome.quiescent is True
             stage = expected.start_failure.split("stage: ")[1].split(";")[0]
-            assert stage in run.machine.stages_entered
+            assert stage in run.stages_entered
         else:
             assert outcome is None, outcome
         if outcome is not None:
@@ -265,11 +265,11 @@ class AcpRunMachine(RuleBasedStateMachine):
         return live
 
     @staticmethod
-    async def _create(provider: acp.Provider, request: SubagentRequest) -> ProviderRun:
+    async def _create(provider: acp.Provider, request: SubagentRequest) -> ProviderRun[Any]:
         return provider.create_run(request)  # a run is made in the loop (it holds cancel scopes)
 
     async def _start(
-        self, run: ProviderRun, abort: AbortSignal, expected: Expected, marker: str
+        self, run: ProviderRun[Any], abort: AbortSignal, expected: Expected, marker: str
     ) -> StartFailed | StartAborted | None:
         if expected.start_hangs and not abort.aborted:
             reached = self.marks.event(marker)
@@ -333,7 +333,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         self.check_settled_once(live.run, result)
 
     @staticmethod
-    async def _result(run: ProviderRun) -> SubagentResult:
+    async def _result(run: ProviderRun[Any]) -> SubagentResult:
         with anyio.fail_after(30):
             return await run.result()
 
@@ -343,7 +343,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         assert result.diagnostic is None
         assert live.behaviour.knobs["TEXT"].startswith(result.output)
 
-    def check_settled_once(self, run: ProviderRun, result: SubagentResult) -> None:
+    def check_settled_once(self, run: ProviderRun[Any], result: SubagentResult) -> None:
         assert self.first_result.setdefault(run.id, result) is result, "a result settles exactly once"
 
     # -- invariants ---------------------------------------------------------------------
@@ -352,7 +352,7 @@ class AcpRunMachine(RuleBasedStateMachine):
     def stage_is_recorded_and_nothing_leaks(self) -> None:
         for run in self.every:
             assert run.stage in AcpLifecycle.STAGES
-            assert run.machine.stages_entered[0] == "initialize"
+            assert run.stages_entered[0] == "initialize"
             assert_audit_consistent(run)
             assert SECRET not in repr(run.audit.entries)
         for live in self.live:

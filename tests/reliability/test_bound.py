@@ -2,7 +2,7 @@
 
 The paths: a result (every ``SubagentResult`` a provider or the seam builds, through the
 model's validator), a start failure (``StartFailed``: the startup line, joined with the
-rollback's line when the rollback failed too, bounded in ``ProviderRun.start``), a
+rollback's line when the rollback failed too, bounded in ``ProviderRun[Any].start``), a
 teardown failure (``TeardownFailed``, bounded where the run builds it), and the CLI's
 ``--json`` document (its ``diagnostic`` and ``teardown`` fields carry those texts).
 
@@ -33,28 +33,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from machines.acp import AcpLifecycle
+from machines.acp import ACP_TOOL_KINDS, ACP_VOCABULARY, AcpEvent, AcpLifecycle
+from machines.claude_code import CLAUDE_CODE_VOCABULARY
+from machines.codex import CODEX_PERMISSION_REQUESTS, CODEX_VOCABULARY
+from machines.dsh_sdk import DSH_SDK_VOCABULARY
 from supervisor import StartFailed, StopReason, SubagentRequest, SubagentResult, TeardownFailed
 from supervisor._cli import _Interruption, _Plan, _report
 from supervisor._cli_config import Entry
 from supervisor._diagnostic import (
-    ACP_TOOL_KINDS,
-    CODEX_PERMISSION_REQUESTS,
     MAX_DIAGNOSTIC_BYTES,
     TRUNCATION_SUFFIX,
-    VOCABULARY,
     FailureFacts,
-    ProviderLabel,
     bound_diagnostic,
     join_lines,
 )
 from supervisor._errors import StartAborted
-from supervisor._run import ProviderRun, StepFailed
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor.process import ManagedProcess
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON
-from tests.reliability.support import assert_bounded
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.reliability import assert_bounded
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -131,11 +130,11 @@ def test_no_real_diagnostic_can_reach_the_bound() -> None:
     signals = [s.name for s in signal.Signals] + ["SIG" + "9" * 10]
     longest_failure = max(
         len(
-            f"Subagent failure (provider: {label}; stage: {max(v.stages, key=len)}; "
+            f"Subagent failure (provider: {v.label}; stage: {max(v.stages, key=len)}; "
             f"category: {max(v.categories, key=len)}; HTTP status: 65535; stop reason: max_turn_requests; "
             f"exit code: 255; signal: {max(signals, key=len)})"
         )
-        for label, v in VOCABULARY.items()
+        for v in (ACP_VOCABULARY, DSH_SDK_VOCABULARY, CLAUDE_CODE_VOCABULARY, CODEX_VOCABULARY)
     )
     longest_permission = max(
         len(
@@ -157,17 +156,17 @@ def test_no_real_diagnostic_can_reach_the_bound() -> None:
 # -- start and teardown failures -------------------------------------------------------------
 
 
-class Oversized(ProviderRun):
+class Oversized(ProviderRun[Config]):
     """A run whose hooks hand the seam oversized free text: what no real provider does.
 
     It spawns a real child (``cat``: it exits at stdin EOF) so the ladder runs for real.
     """
 
-    label = ProviderLabel.ACP
+    vocabulary = ACP_VOCABULARY
     lifecycle = AcpLifecycle
 
-    def __init__(self, *, text: str, fail_start: bool, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, context: RunContext[Config], *, text: str, fail_start: bool) -> None:
+        super().__init__(context)
         self.text = text
         self.fail_start = fail_start
 
@@ -177,11 +176,11 @@ class Oversized(ProviderRun):
         )
         if self.fail_start:
             raise StepFailed(self.failure("protocol"), extra_line=self.text)
-        self.fact("initialize_answered")
-        self.fact("session_created")
+        self.fact(AcpEvent.INITIALIZE_ANSWERED)
+        self.fact(AcpEvent.SESSION_CREATED)
 
     async def _drive(self) -> SubagentResult:
-        self.fact("stop_reason_received")
+        self.fact(AcpEvent.STOP_REASON_RECEIVED)
         return SubagentResult(output="partial", stop_reason=StopReason.ERROR, diagnostic=self.text)
 
     def _output(self) -> str:
@@ -194,7 +193,9 @@ def phantom() -> Iterator[int]:
         yield pid
 
 
-async def drive(run: ProviderRun) -> tuple[SubagentResult | None, StartFailed | None, TeardownFailed | None]:
+async def drive(
+    run: ProviderRun[Any],
+) -> tuple[SubagentResult | None, StartFailed | None, TeardownFailed | None]:
     result, start_error, teardown_error = None, None, None
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
@@ -225,14 +226,8 @@ async def test_every_path_of_a_run_applies_the_bound(
 ) -> None:
     """Results, StartFailed (with and without a failed rollback), TeardownFailed and the CLI JSON."""
     tree = UnkillableTree(phantom) if leak else None
-    run = Oversized(
-        text=text,
-        fail_start=fail_start,
-        provider_name="oversized",
-        config=CONFIG,
-        request=SubagentRequest(task="t", parent_cwd=workdir),
-        tree=tree,
-    )
+    context = RunContext("oversized", CONFIG, SubagentRequest(task="t", parent_cwd=workdir), tree=tree)
+    run = Oversized(context, text=text, fail_start=fail_start)
     with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
         result, start_error, teardown_error = await drive(run)
     if fail_start:
@@ -258,7 +253,7 @@ async def test_every_path_of_a_run_applies_the_bound(
 
 
 def cli_json(
-    run: ProviderRun,
+    run: ProviderRun[Any],
     result: SubagentResult | None,
     start_error: StartFailed | StartAborted | None,
     teardown_error: TeardownFailed | None,
@@ -297,6 +292,5 @@ def test_a_real_cli_failure_prints_a_bounded_closed_diagnostic(tmp_path: Path) -
     )
     assert_bounded(document["diagnostic"])
     assert (
-        FailureFacts(ProviderLabel.ACP, "process", "process-exit", exit_code=7).line()
-        == document["diagnostic"]
+        FailureFacts(ACP_VOCABULARY, "process", "process-exit", exit_code=7).line() == document["diagnostic"]
     )

@@ -32,7 +32,8 @@ import pytest
 from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, SubagentRequest, SubagentResult
 from supervisor._run import ProviderRun
 from supervisor.providers import acp, dsh_sdk
-from tests.reliability.support import (
+from tests.support import require_module
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,
@@ -306,7 +307,7 @@ CC_CASES = [
 
 
 def cc_provider(case: Case, tmp_path: Path) -> Any:
-    pytest.importorskip("claude_agent_sdk")
+    require_module("claude_agent_sdk")
     return fake_claude(tmp_path / "fake-claude", case.knobs, **case.keys)
 
 
@@ -333,7 +334,7 @@ CODEX_CASES = [
 
 
 def codex_provider(case: Case, tmp_path: Path) -> Any:
-    from tests.codex.helpers import Transcript, standin
+    from tests.support.codex import Transcript, standin
 
     transcript = Transcript()  # the stand-in announces nothing: the test waits on the wire instead
     return standin(tmp_path, transcript, **case.knobs), transcript
@@ -356,7 +357,7 @@ async def reached(transcript: Any, case: Case, announced: anyio.Event) -> None:
 
 
 async def settle(
-    run: ProviderRun, expect: Settles | RunHangs, transcript: Any, case: Case, announced: anyio.Event
+    run: ProviderRun[Any], expect: Settles | RunHangs, transcript: Any, case: Case, announced: anyio.Event
 ) -> SubagentResult:
     """The published run's result: as expected on its own, or ``aborted`` once cancelled in its hang."""
     if isinstance(expect, Settles):
@@ -377,7 +378,7 @@ async def settle(
 async def test_fault(case: Case, tmp_path: Path) -> None:
     built = BUILDERS[case.provider](case, tmp_path)
     provider, transcript = built if isinstance(built, tuple) else (built, None)
-    run: ProviderRun = provider.create_run(SubagentRequest(task="the task", parent_cwd=tmp_path))
+    run: ProviderRun[Any] = provider.create_run(SubagentRequest(task="the task", parent_cwd=tmp_path))
     abort = AbortSignal()
     expect = case.expect
     with marks() as seen, anyio.fail_after(LIMIT):
@@ -413,7 +414,7 @@ async def test_fault(case: Case, tmp_path: Path) -> None:
         assert_bounded(refused.diagnostic)
         assert_closed(refused.diagnostic)
         stage = expect.line.split("stage: ")[1].split(";")[0]
-        assert stage in run.machine.stages_entered
+        assert stage in run.stages_entered
     elif isinstance(refused, StartAborted):
         assert isinstance(expect, StartHangs), f"unexpected start abort: {refused}"
         assert str(refused) == f"subagent request was aborted before the {expect.label} child started"

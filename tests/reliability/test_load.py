@@ -18,7 +18,8 @@ import pytest
 
 from supervisor import Registry, StopReason, SubagentRequest, SubagentResult
 from supervisor.providers.acp import Provider, example_agent_config
-from tests.reliability.support import assert_audit_consistent, assert_quiescent, tagged
+from tests.conftest import internals
+from tests.support.reliability import assert_audit_consistent, assert_quiescent, tagged
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +47,13 @@ async def test_fifty_concurrent_example_runs(tmp_path: Path) -> None:
             runs.append(run)
             results[i] = await run.result()
             if len(results) == RUNS:
-                alive_together.append(sum(1 for r in runs if r.process and r.process.exit_facts is None))
+                alive_together.append(
+                    sum(
+                        1
+                        for r in runs
+                        if internals(r).process is not None and internals(r).exit_facts is None
+                    )
+                )
                 all_settled.set()
             await all_settled.wait()
 

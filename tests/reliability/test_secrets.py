@@ -43,12 +43,13 @@ from supervisor import (
     foreground_text,
     job_outcome,
 )
-from supervisor._run import ProviderRun
+from supervisor._run import ProviderRun, RunContext
 from supervisor.process import child_environment, is_scrubbed
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
 from tests.conftest import CHILDREN, PYTHON
-from tests.reliability.support import (
+from tests.support import require_module
+from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,
     assert_bounded,
@@ -57,7 +58,7 @@ from tests.reliability.support import (
     dsh_fake,
     fake_claude,
 )
-from tests.unkillable import UnkillableTree, phantom_process
+from tests.support.unkillable import UnkillableTree, phantom_process
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +86,7 @@ scrubbed_names = st.one_of(
 
 def check_reported(
     secret: str,
-    run: ProviderRun,
+    run: ProviderRun[Any],
     result: SubagentResult | None = None,
     error: BaseException | None = None,
 ) -> None:
@@ -110,7 +111,7 @@ def check_reported(
         assert secret not in (job_outcome(result).detail or "")
 
 
-async def run_to_end(run: ProviderRun) -> tuple[SubagentResult | None, BaseException | None]:
+async def run_to_end(run: ProviderRun[Any]) -> tuple[SubagentResult | None, BaseException | None]:
     """Start, await the result, dispose; what came out (a result, or the start/teardown error)."""
     result: SubagentResult | None = None
     error: BaseException | None = None
@@ -331,7 +332,7 @@ def claude_script(placement: str, secret: str) -> dict[str, Any]:
     ),
 )
 async def test_claude_code_secrets_never_reach_a_report(secret: str, placement: str, workdir: Path) -> None:
-    pytest.importorskip("claude_agent_sdk")
+    require_module("claude_agent_sdk")
     provider = fake_claude(workdir / "claude", claude_script(placement, secret))
     run = provider.create_run(request(secret))
     result, error = await run_to_end(run)
@@ -345,7 +346,7 @@ async def test_claude_code_secrets_never_reach_a_report(secret: str, placement: 
 @FEW
 @given(secret=secrets, info=st.sampled_from(["unauthorized", "other", {"httpConnectionFailed": {}}, None]))
 async def test_codex_secrets_never_reach_a_report(secret: str, info: Any, workdir: Path) -> None:
-    from tests.codex.helpers import agent_message, standin, turn_completed
+    from tests.support.codex import agent_message, standin, turn_completed
 
     error = {"message": secret, "codexErrorInfo": info, "additionalDetails": secret}
     script = [agent_message("kept", "final_answer"), turn_completed("failed", error=error)]
@@ -377,9 +378,7 @@ async def test_teardown_failures_carry_no_secret(secret: str, at: str, phantom: 
     knobs = {"ERROR_AT": at, "ERROR_TEXT": secret, "STDERR_TEXT": secret}
     config = acp_child(knobs, dispose_eof_grace_ms=50, dispose_grace_ms=50)
     with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
-        run = AcpRun(
-            provider_name="acp", config=config, request=request(secret), tree=UnkillableTree(phantom)
-        )
+        run = AcpRun(RunContext("acp", config, request(secret), tree=UnkillableTree(phantom)))
         result, error = await run_to_end(run)
     assert isinstance(error, TeardownFailed | StartFailed)
     check_reported(secret, run, result, error)

@@ -7,20 +7,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Literal
 
 from machines import TransitionSink
-from supervisor._config import CommandConfig
+from machines.acp import ACP_VOCABULARY
+from supervisor._kinds import ProviderKind
+from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor.providers.acp._config import Config
+from supervisor.providers.acp._run import AcpRun
 
 EXAMPLE_AGENT = Path(__file__).resolve().parent.parent.parent / "_example_agent.py"
-
-
-class Config(CommandConfig):
-    """Keys of an ``acp`` provider entry."""
-
-    permission: Literal["reject", "allow"] = "reject"
-    authenticate: str | None = None
 
 
 def example_agent_config(**keys: object) -> Config:
@@ -42,9 +38,10 @@ class Provider:
         return NO_CAPABILITIES
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> AcpRun:
-        return AcpRun(provider_name=self.name, config=self.config, request=request, trace=trace)
+        return AcpRun(RunContext(self.name, self.config, request, trace))
 
 
-from supervisor.providers.acp._run import AcpRun  # noqa: E402  (the run needs Config's module)
+KIND = ProviderKind(config=Config, provider=Provider, vocabulary=ACP_VOCABULARY)
+"""Registered under the ``subagent_supervisor.providers`` entry point."""
 
-__all__ = ("AcpRun", "Config", "Provider", "example_agent_config")
+__all__ = ("KIND", "AcpRun", "Config", "Provider", "example_agent_config")

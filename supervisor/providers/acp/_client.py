@@ -26,7 +26,8 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from supervisor._diagnostic import acp_permission_line
+from machines.acp import ACP_VOCABULARY
+from supervisor.wire import CappedText
 
 ALLOW_KINDS = ("allow_once", "allow_always")
 
@@ -38,36 +39,13 @@ class PermissionFact:
     decision: str
 
     def line(self) -> str:
-        return acp_permission_line(policy=self.policy, kind=self.kind, decision=self.decision)
-
-
-class OutputBuffer:
-    """The child's answer text, capped at ``limit`` UTF-8 bytes (the rest is dropped)."""
-
-    def __init__(self, limit: int) -> None:
-        self._parts: list[str] = []
-        self._room = limit
-        self.truncated = False
-
-    def add(self, text: str) -> None:
-        if self._room <= 0:
-            self.truncated = self.truncated or bool(text)
-            return
-        data = text.encode("utf-8")
-        if len(data) > self._room:
-            text = data[: self._room].decode("utf-8", "ignore")
-            self.truncated = True
-        self._room -= len(text.encode("utf-8"))
-        self._parts.append(text)
-
-    def text(self) -> str:
-        return "".join(self._parts)
+        return ACP_VOCABULARY.permission_line(policy=self.policy, request=self.kind, decision=self.decision)
 
 
 class UnattendedClient:
     """The ``acp.Client`` the provider hands to the SDK."""
 
-    def __init__(self, *, policy: str, output: OutputBuffer, on_output: Callable[[], None]) -> None:
+    def __init__(self, *, policy: str, output: CappedText, on_output: Callable[[], None]) -> None:
         self.policy = policy
         self.output = output
         self._on_output = on_output

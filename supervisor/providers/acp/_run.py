@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from types import ModuleType
@@ -11,19 +10,21 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import ValidationError
 
-from machines.acp import AcpLifecycle
-from supervisor._diagnostic import FailureFacts, ProviderLabel, join_lines
-from supervisor._run import ProviderRun, StepFailed
+from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
+from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor._telemetry import import_acp_untraced
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
 )
+from supervisor.providers.acp._config import Config
+from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection
 
-    from supervisor.providers.acp import Config
     from supervisor.providers.acp._client import FrameObserver, UnattendedClient
 
 log = logging.getLogger("supervisor")
@@ -41,14 +42,12 @@ _STOP_REASONS: dict[str, tuple[StopReason, str | None]] = {
 }
 
 
-class AcpRun(ProviderRun):
-    label = ProviderLabel.ACP
+class AcpRun(ProviderRun[Config]):
+    vocabulary = ACP_VOCABULARY
     lifecycle = AcpLifecycle
 
-    config: Config
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, context: RunContext[Config]) -> None:
+        super().__init__(context)
         self._conn: ClientSideConnection | None = None
         self._client: UnattendedClient | None = None
         self._observer: FrameObserver | None = None
@@ -60,12 +59,12 @@ class AcpRun(ProviderRun):
         config = self.config
         cwd = self.resolve_cwd()
         spec = self.spawn_spec([config.command, *config.args], cwd)
-        process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
+        process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
-        from supervisor.providers.acp._client import FrameObserver, OutputBuffer, UnattendedClient
+        from supervisor.providers.acp._client import FrameObserver, UnattendedClient
 
         self._client = UnattendedClient(
-            policy=config.permission, output=OutputBuffer(config.max_output_bytes), on_output=self.note_output
+            policy=config.permission, output=CappedText(config.max_output_bytes), on_output=self.note_output
         )
         self._observer = FrameObserver()
         self._conn = acp.connect_to_agent(
@@ -75,7 +74,7 @@ class AcpRun(ProviderRun):
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
                 client_capabilities=acp.schema.ClientCapabilities(),
-                client_info=acp.schema.Implementation(name=CLIENT_NAME, version=_version()),
+                client_info=acp.schema.Implementation(name=CLIENT_NAME, version=client_version()),
             )
         except Exception as exc:
             raise StepFailed(await self._startup_failure(exc)) from exc
@@ -86,7 +85,7 @@ class AcpRun(ProviderRun):
                 raise StepFailed(self.failure("protocol")) from exc
             except Exception as exc:
                 raise StepFailed(await self._startup_failure(exc)) from exc
-        self.fact("initialize_answered")
+        self.fact(AcpEvent.INITIALIZE_ANSWERED)
         try:
             session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
         except ValidationError as exc:
@@ -96,7 +95,7 @@ class AcpRun(ProviderRun):
         if not self._observer.has_session_id():
             raise StepFailed(self.failure("protocol"))
         self._session_id = self._client.session_id = session.session_id
-        self.fact("session_created")
+        self.fact(AcpEvent.SESSION_CREATED)
 
     async def _startup_failure(self, exc: BaseException) -> FailureFacts:
         """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""
@@ -148,16 +147,16 @@ class AcpRun(ProviderRun):
         """Map a terminal stop reason; ``None`` means the result itself was malformed."""
         permission = self._permission_line()
         if stop_reason is None:
-            self.fact("prompt_failed")
-            return self._error(self._line(self.failure_at("prompt", "protocol"), permission))
-        self.fact("stop_reason_received")
+            self.fact(AcpEvent.PROMPT_FAILED)
+            return self._error(self._line(self.failure("protocol", stage="prompt"), permission))
+        self.fact(AcpEvent.STOP_REASON_RECEIVED)
         mapped, category = _STOP_REASONS.get(stop_reason, (StopReason.ERROR, "unknown"))
         if mapped is StopReason.COMPLETED:
             return SubagentResult(output=self._output(), stop_reason=mapped)
         if category is None:
             return SubagentResult(output=self._output(), stop_reason=mapped, diagnostic=permission)
         reason = "max_turn_requests" if category == "remote-limit" else "unknown"
-        facts = self.failure_at("prompt", category, stop_reason=reason)
+        facts = self.failure(category, stage="prompt", stop_reason=reason)
         return SubagentResult(
             output=self._output(), stop_reason=mapped, diagnostic=self._line(facts, permission)
         )
@@ -166,19 +165,16 @@ class AcpRun(ProviderRun):
         permission = self._permission_line()
         assert self.process is not None
         if self.process.frame_too_large:
-            self.fact("prompt_failed")
+            self.fact(AcpEvent.PROMPT_FAILED)
             return self._error(self._line(self.failure("protocol"), permission))
         exit_facts = await self._exit_within_grace()
         if exit_facts is None:
-            self.fact("prompt_failed")
+            self.fact(AcpEvent.PROMPT_FAILED)
             return self._error(self._line(self.failure("transport"), permission))
-        self.fact("child_exited")
+        self.fact(AcpEvent.CHILD_EXITED)
         line = self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
-        self.fact("exit_observed")
+        self.fact(AcpEvent.EXIT_OBSERVED)
         return self._error(self._line(line, permission))
-
-    def failure_at(self, stage: str, category: str, **facts: object) -> FailureFacts:
-        return FailureFacts(self.label, stage, category, **facts)  # type: ignore[arg-type]
 
     def _error(self, diagnostic: str | None) -> SubagentResult:
         return SubagentResult(output=self._output(), stop_reason=StopReason.ERROR, diagnostic=diagnostic)
@@ -193,7 +189,7 @@ class AcpRun(ProviderRun):
         return self._client.permission.line()
 
     def _output(self) -> str:
-        return "" if self._client is None else self._client.output.text()
+        return "" if self._client is None else self._client.output.text
 
     # -- cancel and teardown ------------------------------------------------------------
 
@@ -209,27 +205,14 @@ class AcpRun(ProviderRun):
     def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
         exit_facts = report.exit if report is not None else None
         if exit_facts is None:
-            return FailureFacts(self.label, "teardown", "unknown")
-        return FailureFacts(
-            self.label,
-            "teardown",
-            "process-exit",
-            exit_code=exit_facts.exit_code,
-            signal=exit_facts.signal,
+            return self.failure("unknown", stage="teardown")
+        return self.failure(
+            "process-exit", stage="teardown", exit_code=exit_facts.exit_code, signal=exit_facts.signal
         )
 
 
 async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
-        await anyio.to_thread.run_sync(importlib.import_module, "acp")
-    return importlib.import_module("acp")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("subagent-supervisor")
-    except PackageNotFoundError:
-        return "0"
+        await anyio.to_thread.run_sync(import_acp_untraced)
+    return import_acp_untraced()

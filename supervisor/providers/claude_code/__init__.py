@@ -19,8 +19,11 @@ import logging
 from pathlib import Path
 
 from machines import TransitionSink
+from machines.claude_code import CLAUDE_CODE_VOCABULARY
 from supervisor._errors import ConfigurationError
-from supervisor._run import ProviderRun
+from supervisor._handle import Run
+from supervisor._kinds import ProviderKind
+from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
@@ -67,17 +70,14 @@ class Provider:
     def capabilities(self) -> Capabilities:
         return NO_CAPABILITIES
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ProviderRun:
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
         from supervisor.providers.claude_code._run import ClaudeCodeRun
 
-        return ClaudeCodeRun(
-            provider_name=self.name,
-            config=self.config,
-            request=request,
-            trace=trace,
-            cli=self.cli,
-            sdk_version=self.sdk_version,
-        )
+        context = RunContext(self.name, self.config, request, trace)
+        return ClaudeCodeRun(context, cli=self.cli, sdk_version=self.sdk_version)
 
 
-__all__ = ("MISSING_SDK", "Config", "PermissionMode", "Provider")
+KIND = ProviderKind(config=Config, provider=Provider, vocabulary=CLAUDE_CODE_VOCABULARY)
+"""Registered under the ``subagent_supervisor.providers`` entry point."""
+
+__all__ = ("KIND", "MISSING_SDK", "Config", "PermissionMode", "Provider")

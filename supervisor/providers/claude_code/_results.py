@@ -7,22 +7,15 @@ and ``result``.  Nothing read here ever reaches a diagnostic except the category
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from machines.claude_code import ClaudeCodeEvent
+
 LIMIT_SUBTYPES = frozenset({"error_max_turns", "error_max_budget_usd", "error_max_structured_output_retries"})
 PRODUCT_ERROR_SUBTYPES = frozenset({"error_during_execution"})
-
-
-class ResultEvent(enum.StrEnum):
-    """The lifecycle event a result message is (see ``machines.claude_code``)."""
-
-    SUCCEEDED = "result_succeeded"
-    FAILED = "result_failed"
-    INVALID = "result_invalid"
 
 
 class ResultFacts(BaseModel):
@@ -44,7 +37,7 @@ class ResultFacts(BaseModel):
 class Verdict:
     """What a result message means: the event to feed, and the failure category (None: success)."""
 
-    event: ResultEvent
+    event: ClaudeCodeEvent
     category: str | None
 
     @property
@@ -61,15 +54,15 @@ def read_result(fields: dict[str, Any]) -> ResultFacts | None:
 
 
 def classify(facts: ResultFacts | None) -> Verdict:
-    """SPEC 3: success only for ``success`` + not ``is_error`` + a non-blank answer."""
+    """Success only for ``success`` + not ``is_error`` + a non-blank answer."""
     if facts is None:
-        return Verdict(ResultEvent.FAILED, "unknown")
+        return Verdict(ClaudeCodeEvent.RESULT_FAILED, "unknown")
     if facts.subtype == "success":
         if facts.is_error or facts.result is None or not facts.result.strip():
-            return Verdict(ResultEvent.INVALID, "invalid-result")
-        return Verdict(ResultEvent.SUCCEEDED, None)
+            return Verdict(ClaudeCodeEvent.RESULT_INVALID, "invalid-result")
+        return Verdict(ClaudeCodeEvent.RESULT_SUCCEEDED, None)
     if facts.subtype in LIMIT_SUBTYPES:
-        return Verdict(ResultEvent.FAILED, "limit")
+        return Verdict(ClaudeCodeEvent.RESULT_FAILED, "limit")
     if facts.subtype in PRODUCT_ERROR_SUBTYPES:
-        return Verdict(ResultEvent.FAILED, "product-error")
-    return Verdict(ResultEvent.FAILED, "unknown")
+        return Verdict(ClaudeCodeEvent.RESULT_FAILED, "product-error")
+    return Verdict(ClaudeCodeEvent.RESULT_FAILED, "unknown")

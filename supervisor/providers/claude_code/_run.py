@@ -28,15 +28,16 @@ from claude_agent_sdk import (
     ToolPermissionContext,
 )
 
-from machines.claude_code import ClaudeCodeLifecycle
-from supervisor._diagnostic import FailureFacts, ProviderLabel, claude_code_permission_line, join_lines
-from supervisor._run import ProviderRun, StepFailed
+from machines.claude_code import CLAUDE_CODE_VOCABULARY, ClaudeCodeEvent, ClaudeCodeLifecycle
+from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
+from supervisor.wire import CappedText, cap_text
 
 log = logging.getLogger("supervisor")
 
@@ -55,59 +56,23 @@ class _Exited:
 EXITED = _Exited()
 
 
-class _BoundedText:
-    """Answer text collected so far, capped at ``limit`` UTF-8 bytes."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._parts: list[str] = []
-        self._size = 0
-
-    def add(self, text: str) -> None:
-        if not text or self._size >= self._limit:
-            return
-        if self._parts:
-            text = "\n\n" + text
-        self._parts.append(_utf8_prefix(text, self._limit - self._size))
-        self._size += len(self._parts[-1].encode("utf-8"))
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
-
-
-def _utf8_prefix(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", errors="ignore")
-
-
-class ClaudeCodeRun(ProviderRun):
-    label = ProviderLabel.CLAUDE_CODE
+class ClaudeCodeRun(ProviderRun[Config]):
+    vocabulary = CLAUDE_CODE_VOCABULARY
     lifecycle = ClaudeCodeLifecycle
 
-    def __init__(
-        self,
-        *,
-        cli: Path,
-        sdk_version: str,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        assert isinstance(self.config, Config)
-        self._settings: Config = self.config
+    def __init__(self, context: RunContext[Config], *, cli: Path, sdk_version: str) -> None:
+        super().__init__(context)
         self._cli = cli
         self._sdk_version = sdk_version
         self._transport: SupervisedTransport | None = None
         self._client: ClaudeSDKClient | None = None
-        self._partial = _BoundedText(self._settings.max_output_bytes)
+        self._partial = CappedText(self.config.max_output_bytes, separator="\n\n")
         self._permission_line: str | None = None
 
     # -- start ----------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        config = self._settings
+        config = self.config
         cwd = self.resolve_cwd(category="unknown")
         env = cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version)
         spec = self.spawn_spec(cli_argv(self._cli, config), cwd, env=env)
@@ -128,11 +93,11 @@ class ClaudeCodeRun(ProviderRun):
             raise StepFailed(await self._startup_failure()) from exc
         if outcome is EXITED:
             raise StepFailed(await self._startup_failure())
-        self.fact("initialized")
+        self.fact(ClaudeCodeEvent.INITIALIZED)
 
     def _options(self) -> ClaudeAgentOptions:
         """Only what reaches the CLI over the control protocol: the argv is built here."""
-        if asks_permission_over_stdio(self._settings.permission_mode):
+        if asks_permission_over_stdio(self.config.permission_mode):
             return ClaudeAgentOptions(can_use_tool=self._can_use_tool)
         return ClaudeAgentOptions()
 
@@ -145,7 +110,7 @@ class ClaudeCodeRun(ProviderRun):
         exit_facts = await self._exit_within(self.config.term_grace)
         if exit_facts is None:
             return self.failure("unknown")
-        self.fact("cli_exited")
+        self.fact(ClaudeCodeEvent.CLI_EXITED)
         return self.failure("process", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
 
     async def _exit_within(self, seconds: float) -> ExitFacts | None:
@@ -202,7 +167,7 @@ class ClaudeCodeRun(ProviderRun):
             assert facts is not None
             assert facts.result is not None
             self.note_output()
-            answer = _utf8_prefix(facts.result, self._settings.max_output_bytes)
+            answer = cap_text(facts.result, self.config.max_output_bytes)
             return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
         log.info(
             "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",
@@ -223,13 +188,13 @@ class ClaudeCodeRun(ProviderRun):
         # then observed at once.  A stream that ended is the CLI closing its output.
         exit_facts = await self._exit_within(EXIT_DRAIN_SECONDS if raised else self.config.term_grace)
         if exit_facts is not None:
-            self.fact("cli_exited")
+            self.fact(ClaudeCodeEvent.CLI_EXITED)
             return self._failed(
                 self.failure("process", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
             )
         if raised:
             return self._failed(self.failure("unknown"))
-        self.fact("result_missing")
+        self.fact(ClaudeCodeEvent.RESULT_MISSING)
         return self._failed(self.failure("invalid-result"))
 
     def _failed(self, facts: FailureFacts) -> SubagentResult:
@@ -311,8 +276,8 @@ class ClaudeCodeRun(ProviderRun):
 
     def _decided(self, request: str, decision: str) -> None:
         """Keep the latest unattended decision (it joins a failure's diagnostic only)."""
-        self._permission_line = claude_code_permission_line(
-            mode=str(self._settings.permission_mode), request=request, decision=decision
+        self._permission_line = self.vocabulary.permission_line(
+            mode=str(self.config.permission_mode), request=request, decision=decision
         )
 
     # -- cancel and teardown --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The ``codex`` provider: OpenAI's ``codex app-server`` driven over JSONL JSON-RPC.
 
-Configuration (SPEC section 7), besides the keys every kind accepts::
+Configuration, besides the keys every kind accepts::
 
     [[provider]]
     kind = "codex"
@@ -31,46 +31,32 @@ import importlib
 import importlib.metadata
 import os
 from pathlib import Path
-from typing import Any
-
-from pydantic import Field, ValidationInfo, field_validator
 
 from machines import TransitionSink
-from supervisor._config import ProviderConfig, resolve_executable
+from machines.codex import CODEX_VOCABULARY
 from supervisor._errors import ConfigurationError
+from supervisor._kinds import ProviderKind
+from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.process import PsutilTree, TreeBackend
+from supervisor.providers.codex._command import app_server_argv
+from supervisor.providers.codex._config import Config, PermissionMode
 from supervisor.providers.codex._run import CodexRun as CodexRun
-from supervisor.providers.codex._run import PermissionMode, app_server_argv
 from supervisor.providers.codex._wire import RunTap
 
-__all__ = ("WHEEL", "CodexRun", "Config", "PermissionMode", "Provider", "app_server_argv", "resolve_binary")
+__all__ = (
+    "KIND",
+    "WHEEL",
+    "CodexRun",
+    "Config",
+    "PermissionMode",
+    "Provider",
+    "app_server_argv",
+    "resolve_binary",
+)
 
 WHEEL = "openai-codex-cli-bin"
 _WHEEL_MODULE = "codex_cli_bin"
-
-
-class Config(ProviderConfig):
-    """The keys of a ``codex`` entry."""
-
-    permission_mode: PermissionMode = PermissionMode.NEVER
-    codex_path: Path | None = None
-    config: list[str] = Field(default_factory=list)
-    dispose_eof_grace_ms: float = 1000
-
-    @field_validator("codex_path", mode="before")
-    @classmethod
-    def _resolve_codex_path(cls, value: Any, info: ValidationInfo) -> Any:
-        return resolve_executable(value, info, "the codex binary")
-
-    @field_validator("config")
-    @classmethod
-    def _overrides(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            key, sep, _ = entry.partition("=")
-            if not sep or not key.strip():
-                raise ValueError(f"each override must be KEY=VALUE, got {entry!r}")
-        return value
 
 
 def resolve_binary(config: Config) -> Path:
@@ -90,13 +76,6 @@ def resolve_binary(config: Config) -> Path:
             f"no Codex binary: the {WHEEL} wheel's binary is not executable; set codex_path instead"
         )
     return path
-
-
-def _client_version() -> str:
-    try:
-        return importlib.metadata.version("subagent-supervisor")
-    except importlib.metadata.PackageNotFoundError:
-        return "0.0.0"
 
 
 class Provider:
@@ -122,21 +101,17 @@ class Provider:
         self.binary = resolve_binary(config)
         self._tap = tap
         self._tree = tree or PsutilTree()
-        self._version = _client_version()
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> CodexRun:
         return CodexRun(
-            provider_name=self.name,
-            config=self.config,
-            request=request,
-            trace=trace,
+            RunContext(self.name, self.config, request, trace, self._tree),
             binary=self.binary,
-            mode=self.config.permission_mode,
-            overrides=self.config.config,
-            tree=self._tree,
             tap=self._tap,
-            client_version=self._version,
         )
 
     def __repr__(self) -> str:
         return f"<codex Provider {self.name!r} mode={self.config.permission_mode.value}>"
+
+
+KIND = ProviderKind(config=Config, provider=Provider, vocabulary=CODEX_VOCABULARY)
+"""Registered under the ``subagent_supervisor.providers`` entry point."""

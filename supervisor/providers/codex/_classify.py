@@ -1,4 +1,4 @@
-"""``codexErrorInfo`` of a failed turn -> the closed Codex category (SPEC section 3).
+"""``codexErrorInfo`` of a failed turn -> the closed Codex category.
 
 The pinned app-server (codex 0.171.0) describes ``CodexErrorInfo`` as a union of plain
 strings and single-key objects, closed by a catch-all ``string | object``.  Only the

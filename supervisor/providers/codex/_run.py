@@ -28,32 +28,32 @@ Choices the contract leaves open (README: Codex):
 
 from __future__ import annotations
 
-import enum
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 import anyio
 from pydantic import ValidationError
 
-from machines.codex import CodexLifecycle
-from supervisor._diagnostic import FailureFacts, ProviderLabel, codex_permission_line, join_lines
-from supervisor._run import ProviderRun, StepFailed
+from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
+from supervisor._diagnostic import FailureFacts, join_lines
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.process import LineReader, ManagedProcess
+from supervisor.providers.codex._answers import Answers
 from supervisor.providers.codex._classify import classify
+from supervisor.providers.codex._command import app_server_argv, thread_permissions
+from supervisor.providers.codex._config import Config
+from supervisor.providers.codex._policy import answer_request
 from supervisor.providers.codex._protocol import (
     AgentMessageDelta,
     AgentMessageItem,
-    ApprovalResponse,
     ClientInfo,
-    ElicitationResponse,
     ErrorNotification,
     InitializeParams,
     InitializeResult,
     ItemNotification,
-    PermissionsResponse,
     StatusItem,
     TextInput,
     ThreadStartParams,
@@ -64,7 +64,6 @@ from supervisor.providers.codex._protocol import (
     TurnInterruptResult,
     TurnStartParams,
     TurnStartResult,
-    UserInputResponse,
 )
 from supervisor.providers.codex._wire import (
     AppServerWire,
@@ -76,18 +75,9 @@ from supervisor.providers.codex._wire import (
     WireClosed,
     WireError,
 )
+from supervisor.wire import client_version
 
 log = logging.getLogger("supervisor")
-
-APP_SERVER_ARGS: Final = (
-    "app-server",
-    "-c",
-    "features.unbounded_connection_retries=false",
-    "-c",
-    "features.shell_snapshot=false",
-)
-"""Without the first, a refused model connection retries forever; the second keeps a
-login-shell snapshot (which can stall ~10 s) from running at start."""
 
 _TURN_METHODS: Final = frozenset(
     {"turn/completed", "item/started", "item/completed", "item/agentMessage/delta", "error"}
@@ -98,124 +88,32 @@ CLIENT_NAME: Final = "subagent_supervisor"
 CLIENT_TITLE: Final = "subagent-supervisor"
 
 
-class PermissionMode(enum.StrEnum):
-    """How the child's approvals are configured.  No mode ever asks a human."""
-
-    NEVER = "never"
-    APPROVE_FOR_ME = "approve-for-me"
-    BYPASS = "dangerously-bypass-approvals-and-sandbox"
-
-
-def thread_permissions(mode: PermissionMode) -> dict[str, str]:
-    """The ``thread/start`` fields for a mode (``never`` keeps the child's sandbox setting)."""
-    if mode is PermissionMode.APPROVE_FOR_ME:
-        return {
-            "approvalPolicy": "on-request",
-            "approvalsReviewer": "auto_review",
-            "sandbox": "workspace-write",
-        }
-    if mode is PermissionMode.BYPASS:
-        return {"approvalPolicy": "never", "sandbox": "danger-full-access"}
-    return {"approvalPolicy": "never"}
-
-
-def app_server_argv(binary: Path, overrides: Sequence[str]) -> list[str]:
-    """The native binary, then ``app-server``; the configured ``-c`` overrides come first so
-    that the two fixed ones (last wins) can never be undone by configuration."""
-    argv = [str(binary), APP_SERVER_ARGS[0]]
-    for override in overrides:
-        argv += ["-c", override]
-    argv += APP_SERVER_ARGS[1:]
-    return argv
-
-
-def _bounded(text: str, limit: int) -> str:
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", "ignore")
-
-
-class _Answers:
-    """The agent messages of the owned turn: the answer, and partial text for failures.
-
-    The answer is the last completed ``final_answer`` message, else the last completed
-    message without a phase; ``commentary`` never counts.  Partial output (for a run
-    that did not complete) falls back to a ``partial_answer`` or to streamed deltas.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._phases: dict[str, str | None] = {}
-        self._streams: dict[str, str] = {}
-        self._streaming: str | None = None
-        self._final: str | None = None
-        self._unphased: str | None = None
-        self._partial: str | None = None
-
-    def started(self, item: AgentMessageItem) -> None:
-        self._phases[item.id] = item.phase
-
-    def delta(self, item_id: str, text: str) -> None:
-        if self._phases.get(item_id) == "commentary":
-            return
-        self._streams[item_id] = _bounded(self._streams.get(item_id, "") + text, self._limit)
-        self._streaming = item_id
-
-    def completed(self, item: AgentMessageItem) -> None:
-        self._streams.pop(item.id, None)
-        if self._streaming == item.id:
-            self._streaming = None
-        text = _bounded(item.text, self._limit)
-        if item.phase == "final_answer":
-            self._final = text
-        elif item.phase is None:
-            self._unphased = text
-        elif item.phase == "partial_answer":
-            self._partial = text
-
-    def answer(self) -> str | None:
-        return self._final if self._final is not None else self._unphased
-
-    def partial(self) -> str:
-        streamed = self._streams.get(self._streaming, "") if self._streaming is not None else ""
-        for candidate in (self._final, self._unphased, self._partial, streamed):
-            if candidate and candidate.strip():
-                return candidate
-        return ""
-
-
-class CodexRun(ProviderRun):
-    label: ClassVar[ProviderLabel] = ProviderLabel.CODEX
+class CodexRun(ProviderRun[Config]):
+    vocabulary = CODEX_VOCABULARY
     lifecycle = CodexLifecycle
 
     def __init__(
         self,
+        context: RunContext[Config],
         *,
         binary: Path,
-        mode: PermissionMode,
-        overrides: Sequence[str],
         tap: RunTap | None,
-        client_version: str,
-        **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(context)
         self._binary = binary
-        self._mode = mode
-        self._overrides = tuple(overrides)
+        self._mode = context.config.permission_mode
+        self._overrides = tuple(context.config.config)
         self._tap = tap
-        self._client_version = client_version
         self._wire: AppServerWire | None = None
         self._thread_id: str | None = None
         self._turn_id: str | None = None
         self._turn_start_sent = False
         self._turn_known = anyio.Event()
         self._turn_start_error: WireError | None = None
-        self._turn_over = False
         self._early: list[Notification] = []
         self._outcome: SubagentResult | None = None
         self._done = anyio.Event()
-        self._answers = _Answers(self.config.max_output_bytes)
+        self._answers = Answers(self.config.max_output_bytes)
         self._decision: str | None = None
         self._final_error: TurnError | None = None
 
@@ -239,17 +137,17 @@ class CodexRun(ProviderRun):
         self.task_group.start_soon(self._watch_exit, process, wire)
         try:
             params = InitializeParams(
-                clientInfo=ClientInfo(name=CLIENT_NAME, title=CLIENT_TITLE, version=self._client_version)
+                clientInfo=ClientInfo(name=CLIENT_NAME, title=CLIENT_TITLE, version=client_version())
             )
             await wire.request("initialize", params.wire(), InitializeResult)
             await wire.notify("initialized")
-            self.fact("initialized")
+            self.fact(CodexEvent.INITIALIZED)
             thread = ThreadStartParams.model_validate({"cwd": str(cwd), **thread_permissions(self._mode)})
             started = await wire.request("thread/start", thread.wire(), ThreadStartResult)
         except WireError as exc:
             raise StepFailed(await self._wire_failure(exc)) from exc
         self._thread_id = started.thread.id
-        self.fact("thread_started")
+        self.fact(CodexEvent.THREAD_STARTED)
 
     def _frame_tap(self, direction: Direction, frame: Mapping[str, Any]) -> None:
         assert self._tap is not None
@@ -268,7 +166,7 @@ class CodexRun(ProviderRun):
         if isinstance(exc, WireClosed) and exc.transport_lost and self.process is not None:
             facts = await self.process.wait_exit(within=self.config.term_grace)
             if facts is not None:
-                self.fact("app_server_exited")
+                self.fact(CodexEvent.APP_SERVER_EXITED)
                 return self.failure("process", exit_code=facts.exit_code, signal=facts.signal)
         return self.failure("unknown")
 
@@ -301,7 +199,7 @@ class CodexRun(ProviderRun):
         """In the reader, in frame order: the turn is known; replay what came before."""
         self._turn_id = started.turn.id
         if self._outcome is None:
-            self.fact("turn_started")
+            self.fact(CodexEvent.TURN_STARTED)
         early, self._early = self._early, []
         for event in early:
             self._consume(event)
@@ -372,8 +270,7 @@ class CodexRun(ProviderRun):
                 self._decide("command execution" if kind == "commandExecution" else "file change", "declined")
 
     def _terminal(self, completed: TurnCompleted) -> SubagentResult:
-        self._turn_over = True
-        self.fact("turn_completed")
+        self.fact(CodexEvent.TURN_COMPLETED)
         turn = completed.turn
         if turn.status == "completed":
             answer = self._answers.answer()
@@ -409,30 +306,20 @@ class CodexRun(ProviderRun):
 
     def _decide(self, request: str, decision: str) -> None:
         """Record an unattended decision; only the latest is kept."""
-        self._decision = codex_permission_line(mode=self._mode.value, request=request, decision=decision)
+        self._decision = self.vocabulary.permission_line(
+            mode=self._mode.value, request=request, decision=decision
+        )
 
     def _answer_request(self, request: ServerRequest) -> Mapping[str, Any] | None:
         """Answer without granting authority; None for a request this client does not serve."""
-        method = request.method
-        log.info("run %s: codex asked %s; answering without granting authority", self.id, method)
-        if method in ("item/commandExecution/requestApproval", "item/fileChange/requestApproval"):
-            offered = request.params.get("availableDecisions")
-            cancel = isinstance(offered, list) and "cancel" in offered
-            kind = "command approval" if method.startswith("item/commandExecution") else "file approval"
-            self._decide(kind, "cancelled" if cancel else "declined")
-            return ApprovalResponse(decision="cancel" if cancel else "decline").wire()
-        if method == "item/permissions/requestApproval":
-            self._decide("permission grant", "denied")
-            return PermissionsResponse().wire()
-        if method == "item/tool/requestUserInput":
-            self._decide("user input", "empty response")
-            return UserInputResponse().wire()
-        if method == "mcpServer/elicitation/request":
-            self._decide("MCP elicitation", "declined")
-            return ElicitationResponse().wire()
-        log.warning("run %s: unsupported app-server request; the run fails", self.id)
-        self._finish(self._failed(self.failure("unknown")))
-        return None
+        log.info("run %s: codex asked %s; answering without granting authority", self.id, request.method)
+        answer = answer_request(request.method, request.params)
+        if answer is None:
+            log.warning("run %s: unsupported app-server request; the run fails", self.id)
+            self._finish(self._failed(self.failure("unknown")))
+            return None
+        self._decide(answer.request, answer.decision)
+        return answer.response
 
     # -- cancel and teardown ----------------------------------------------------------
 
@@ -442,7 +329,7 @@ class CodexRun(ProviderRun):
         if wire is None or self._thread_id is None or not self._turn_start_sent:
             return
         await self._turn_known.wait()
-        if self._turn_id is None or self._turn_over:
+        if self._turn_id is None or self.machine.has_seen(CodexEvent.TURN_COMPLETED):
             return
         params = TurnInterruptParams(threadId=self._thread_id, turnId=self._turn_id)
         await wire.request("turn/interrupt", params.wire(), TurnInterruptResult)

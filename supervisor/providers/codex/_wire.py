@@ -1,6 +1,6 @@
 """A JSON-RPC client for ``codex app-server`` over JSONL on its stdio, written here.
 
-Framing facts (research/peers-codex-app-server.md section 4): one JSON object per
+Framing, as the pinned app-server speaks it: one JSON object per
 line, **no** ``"jsonrpc"`` member; ``{id, method, params}`` is a request (either way),
 ``{method, params}`` a notification (the server adds ``emittedAtMs``), ``{id, result}``
 or ``{id, error}`` a response.  Server request ids count from 0, so ids are matched
@@ -34,13 +34,13 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-import anyio
 from pydantic import BaseModel, ValidationError
 
 from supervisor.process import FrameTooLarge, LineReader
+from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
 
 __all__ = [
     "AppServerWire",
@@ -61,7 +61,6 @@ log = logging.getLogger("supervisor")
 METHOD_NOT_FOUND = -32601
 _LOGGED_CHARS = 300
 
-RequestId = int | str
 Direction = Literal["send", "recv"]
 FrameTap = Callable[[Direction, Mapping[str, Any]], None]
 """Sees every frame of one connection, decoded, as it is sent or received."""
@@ -133,7 +132,7 @@ class Notification:
 
 @dataclass(frozen=True, slots=True)
 class ServerRequest:
-    id: RequestId
+    id: int | str
     method: str
     params: Mapping[str, Any]
 
@@ -143,22 +142,19 @@ OnNotification = Callable[[Notification], None]
 OnClose = Callable[["CloseReason"], None]
 
 
-@dataclass
-class _Pending:
-    method: str
-    model: type[BaseModel]
-    on_result: Callable[[Any], None] | None = None
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
-    error: WireError | None = None
+class _Pending(Pending):
+    """A request and the model its result is validated as."""
+
+    __slots__ = ("model", "on_result")
+
+    def __init__(self, method: str, model: type[BaseModel], on_result: Callable[[Any], None] | None) -> None:
+        super().__init__(method)
+        self.model = model
+        self.on_result = on_result
 
 
 class _Malformed(Exception):
     pass
-
-
-def _is_request_id(value: object) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 class AppServerWire:
@@ -181,34 +177,30 @@ class AppServerWire:
         self._on_close = closed
         self._tap = tap
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
-        self._write_lock = anyio.Lock()
-        self._close_reason: CloseReason | None = None
-        self._closed = anyio.Event()
+        self._pending: PendingRequests[_Pending] = PendingRequests()
+        self._frames = FrameWriter(self._write)
+        self._close: CloseOnce[CloseReason] = CloseOnce()
+        self._close.on_close(self._closed_now)
 
     # -- state -------------------------------------------------------------------------
 
     @property
     def close_reason(self) -> CloseReason | None:
-        return self._close_reason
+        return self._close.reason
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        await self._close.wait()
 
     def closed_error(self) -> WireClosed:
-        return WireClosed(self._close_reason or CloseReason.STOPPED)
+        return WireClosed(self._close.reason or CloseReason.STOPPED)
 
     def close(self, reason: CloseReason) -> None:
         """Close once (the first reason wins): fail pending requests, tell the owner."""
-        if self._close_reason is not None:
-            return
-        self._close_reason = reason
+        self._close.close(reason)
+
+    def _closed_now(self, reason: CloseReason) -> None:
         log.debug("codex wire closed: %s", reason)
-        for pending in self._pending.values():
-            pending.error = WireClosed(reason)
-            pending.done.set()
-        self._pending.clear()
-        self._closed.set()
+        self._pending.fail_all(lambda: WireClosed(reason))
         if self._on_close is not None:
             self._on_close(reason)
 
@@ -228,20 +220,17 @@ class AppServerWire:
         later frame is handled (the caller resumes only some time after that).
         Raises :class:`RpcError`, :class:`WireProtocolError` or :class:`WireClosed`.
         """
-        if self._close_reason is not None:
+        if self._close.closed:
             raise self.closed_error()
         request_id = next(self._ids)
-        pending = _Pending(method, result, on_result)
-        self._pending[request_id] = pending
+        pending = self._pending.add(request_id, _Pending(method, result, on_result))
         try:
             await self._send({"id": request_id, "method": method, "params": dict(params)})
-            await pending.done.wait()
+            answer = await pending.wait()
         finally:
-            self._pending.pop(request_id, None)
-        if pending.error is not None:
-            raise pending.error
-        assert isinstance(pending.result, result)
-        return pending.result
+            self._pending.discard(request_id)
+        assert isinstance(answer, result)
+        return answer
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         frame: dict[str, Any] = {"method": method}
@@ -250,19 +239,21 @@ class AppServerWire:
         await self._send(frame)
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        if self._close_reason is not None:
+        if self._close.closed:
             raise self.closed_error()
-        data = json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        data = encode_frame(frame)
         if self._tap is not None:
             self._tap("send", frame)
-        async with self._write_lock:
-            try:
-                self._writer.write(data)
-                await self._writer.drain()
-            except (ConnectionError, OSError, RuntimeError) as exc:
-                log.debug("codex wire: write failed: %r", exc)
-                self.close(CloseReason.BROKEN_PIPE)
-                raise WireClosed(CloseReason.BROKEN_PIPE) from exc
+        try:
+            await self._frames.send(data)
+        except (ConnectionError, OSError, RuntimeError) as exc:
+            log.debug("codex wire: write failed: %r", exc)
+            self.close(CloseReason.BROKEN_PIPE)
+            raise WireClosed(CloseReason.BROKEN_PIPE) from exc
+
+    async def _write(self, data: bytes) -> None:
+        self._writer.write(data)
+        await self._writer.drain()
 
     # -- inbound -----------------------------------------------------------------------
 
@@ -270,12 +261,12 @@ class AppServerWire:
         """Read frames until the stream ends; then close with the reason."""
         reason = CloseReason.STOPPED
         try:
-            while self._close_reason is None:
+            while not self._close.closed:
                 line = await self._reader.read_line()
                 if line is None:
                     reason = CloseReason.EOF
                     break
-                if self._close_reason is not None:
+                if self._close.closed:
                     break
                 if not line.strip():
                     continue
@@ -308,7 +299,7 @@ class AppServerWire:
                 raise _Malformed("a method that is not a string")
             params = params if isinstance(params, Mapping) else {}
             if "id" in frame:
-                if not _is_request_id(frame["id"]):
+                if not is_request_id(frame["id"]):
                     raise _Malformed("a request id that is neither an integer nor a string")
                 await self._on_request(ServerRequest(frame["id"], method, params))
             else:
@@ -330,19 +321,19 @@ class AppServerWire:
             code = error.get("code") if isinstance(error, Mapping) else None
             message = error.get("message") if isinstance(error, Mapping) else None
             log.info("codex app-server answered %s with error %r: %r", pending.method, code, message)
-            pending.error = RpcError(pending.method, code, message)
-        else:
-            try:
-                pending.result = pending.model.model_validate(frame["result"])
-            except ValidationError as exc:
-                log.info("codex app-server: malformed %s result: %s", pending.method, exc)
-                error = WireProtocolError(pending.method)
-                error.__cause__ = exc
-                pending.error = error
-            else:
-                if pending.on_result is not None:
-                    pending.on_result(pending.result)
-        pending.done.set()
+            pending.settle(error=RpcError(pending.method, code, message))
+            return
+        try:
+            value = pending.model.model_validate(frame["result"])
+        except ValidationError as exc:
+            log.info("codex app-server: malformed %s result: %s", pending.method, exc)
+            error = WireProtocolError(pending.method)
+            error.__cause__ = exc
+            pending.settle(error=error)
+            return
+        if pending.on_result is not None:
+            pending.on_result(value)
+        pending.settle(result=value)
 
     async def _on_request(self, request: ServerRequest) -> None:
         result = self._answer(request)

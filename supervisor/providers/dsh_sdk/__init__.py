@@ -1,7 +1,7 @@
 """The ``dsh-sdk`` provider: a DeepSeek Harness (DSH) SDK runtime as a supervised child.
 
 The runtime speaks the DSH SDK JSON-RPC protocol (NDJSON on stdio; the client is
-:mod:`supervisor.providers.dsh_sdk._wire`, written here because no Python SDK exists).
+:mod:`supervisor.providers.dsh_sdk._client`, written here because no Python SDK exists).
 One run: spawn ``command`` with ``args``, ``initialize`` (cwd, provider, model,
 maxTokens), one ``session/prompt`` on a session id the client mints, the turn folded
 until the root session is idle; teardown is the ``shutdown`` request bounded by
@@ -10,41 +10,14 @@ until the root session is idle; teardown is the ``shutdown`` request bounded by
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
-
 from machines import TransitionSink
-from supervisor._config import CommandConfig, _grace
+from machines.dsh_sdk import DSH_SDK_VOCABULARY
+from supervisor._kinds import ProviderKind
+from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.process import TreeBackend
+from supervisor.providers.dsh_sdk._config import MAX_SAFE_INTEGER, Config
 from supervisor.providers.dsh_sdk._run import DshSdkRun
-
-MAX_SAFE_INTEGER = 2**53 - 1
-
-
-class Config(CommandConfig):
-    """Keys of a ``dsh-sdk`` provider entry (SPEC section 7)."""
-
-    provider: str = "deepseek-official"
-    model: str = "deepseek-v4-flash"
-    max_tokens: int | None = Field(default=None, strict=True)
-    shutdown_timeout_ms: float = 1000
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _positive_safe_integer(cls, value: int | None) -> int | None:
-        if value is not None and not 0 < value <= MAX_SAFE_INTEGER:
-            raise ValueError("must be a positive safe integer")
-        return value
-
-    @field_validator("shutdown_timeout_ms")
-    @classmethod
-    def _positive_timeout(cls, value: float) -> float:
-        return _grace(value)
-
-    @property
-    def shutdown_timeout(self) -> float:
-        """``shutdown_timeout_ms`` in seconds."""
-        return self.shutdown_timeout_ms / 1000
 
 
 class Provider:
@@ -65,13 +38,10 @@ class Provider:
         return NO_CAPABILITIES
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> DshSdkRun:
-        return DshSdkRun(
-            provider_name=self.name,
-            config=self.config,
-            request=request,
-            trace=trace,
-            tree=self._tree,
-        )
+        return DshSdkRun(RunContext(self.name, self.config, request, trace, self._tree))
 
 
-__all__ = ("Config", "DshSdkRun", "Provider")
+KIND = ProviderKind(config=Config, provider=Provider, vocabulary=DSH_SDK_VOCABULARY)
+"""Registered under the ``subagent_supervisor.providers`` entry point."""
+
+__all__ = ("KIND", "MAX_SAFE_INTEGER", "Config", "DshSdkRun", "Provider")

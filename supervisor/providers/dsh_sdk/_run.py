@@ -1,6 +1,6 @@
 """One DSH SDK run over the supervisor's own process and streams.
 
-Classification is by type only, never by message (SPEC section 3):
+Classification is by type only, never by message:
 
 * a startup or turn failure: :class:`DshTransportClosed` (EOF on stdout or a broken
   stdin, whichever came first; a spawn failure too) -> ``transport``;
@@ -18,29 +18,28 @@ There is no wire-level cancel: a local cancellation settles at once and the
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from machines import TransitionSink
-from machines.dsh_sdk import DshSdkLifecycle
-from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._run import ProviderRun, StepFailed
-from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor.process import TeardownReport, TreeBackend
-from supervisor.providers.dsh_sdk._wire import (
+from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
+from supervisor._run import ProviderRun, RunContext, StepFailed
+from supervisor._seam import StopReason, SubagentResult
+from supervisor.providers.dsh_sdk._client import (
     DshClient,
+)
+from supervisor.providers.dsh_sdk._config import Config
+from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
     DshRpcError,
     DshTransportClosed,
+)
+from supervisor.providers.dsh_sdk._fold import (
     Notification,
     TurnEnd,
     TurnEndKind,
     TurnProgress,
     new_session_id,
 )
-
-if TYPE_CHECKING:
-    from supervisor.providers.dsh_sdk import Config
 
 log = logging.getLogger("supervisor")
 
@@ -77,26 +76,15 @@ def failure_category(error: BaseException) -> str:
     return "unknown"
 
 
-class DshSdkRun(ProviderRun):
+class DshSdkRun(ProviderRun[Config]):
     """One DSH SDK run.  As the seam says, every started run must be disposed: its
     background group is shielded and ends only with the teardown."""
 
-    label = ProviderLabel.DSH_SDK
+    vocabulary = DSH_SDK_VOCABULARY
     lifecycle = DshSdkLifecycle
-    teardown_stage = "shutdown"
 
-    config: Config
-
-    def __init__(
-        self,
-        *,
-        provider_name: str,
-        config: Config,
-        request: SubagentRequest,
-        trace: TransitionSink | None = None,
-        tree: TreeBackend | None = None,
-    ) -> None:
-        super().__init__(provider_name=provider_name, config=config, request=request, trace=trace, tree=tree)
+    def __init__(self, context: RunContext[Config]) -> None:
+        super().__init__(context)
         self._client: DshClient | None = None
         self._progress: TurnProgress | None = None
         self._spliced = False
@@ -122,7 +110,7 @@ class DshSdkRun(ProviderRun):
         except Exception as exc:
             self._log_failure("initialize", exc)
             raise StepFailed(self.failure(self._category(exc))) from exc
-        self.fact("initialize_answered")
+        self.fact(DshSdkEvent.INITIALIZE_ANSWERED)
 
     def _category(self, error: BaseException) -> str:
         """By type; a stream the supervisor cut at an oversized frame is a protocol failure."""
@@ -147,14 +135,14 @@ class DshSdkRun(ProviderRun):
             self._log_failure("session-run", exc)
             failed_as = self._category(exc)
             if isinstance(exc, DshRpcError):
-                self.fact("error_answered")
+                self.fact(DshSdkEvent.ERROR_ANSWERED)
             elif failed_as == "protocol":
-                self.fact("protocol_violated")
+                self.fact(DshSdkEvent.PROTOCOL_VIOLATED)
             elif failed_as == "transport":
-                self.fact("transport_closed")
+                self.fact(DshSdkEvent.TRANSPORT_CLOSED)
             # else: the base settles the machine with ``failed``
             return self._settlement(StopReason.ERROR, failed_as)
-        self.fact("root_idle")
+        self.fact(DshSdkEvent.ROOT_IDLE)
         turn_end = outcome.turn_end
         if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:
             log.info(
@@ -170,7 +158,7 @@ class DshSdkRun(ProviderRun):
         """Sees every notification of the session tree from the prompt's inbox receipt on."""
         if not self._spliced:
             self._spliced = True
-            self.fact("prompt_spliced")
+            self.fact(DshSdkEvent.PROMPT_SPLICED)
         if self._progress is not None and self._progress.output:
             self.note_output()
 
@@ -193,12 +181,7 @@ class DshSdkRun(ProviderRun):
         except DshError as exc:
             self._log_failure("shutdown", exc)
             return
-        if self.machine.allows("shutdown_acknowledged"):
-            self.machine.send("shutdown_acknowledged")
-
-    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
-        # DSH lines never carry exit fields, not even on the shutdown line.
-        return FailureFacts(self.label, self.teardown_stage, "unknown")
+        self.fact(DshSdkEvent.SHUTDOWN_ACKNOWLEDGED)
 
     # -- host log -----------------------------------------------------------------------
 

@@ -1,37 +1,61 @@
 """A scripted provider over a real line-protocol child, to pin the seam's rules.
 
-It is built the way every real provider is: a lifecycle table, a ``ProviderRun``
-subclass with ``_start``/``_drive``, facts fed to the machine, diagnostics from closed
-facts.  It borrows the ACP vocabulary for its lines.
+It is built the way every real provider is: a lifecycle table with its own events, a
+vocabulary of its own (label ``Scripted``), a ``ProviderRun`` subclass with
+``_start``/``_drive``, facts fed to the machine, diagnostics from closed facts.
 """
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import anyio
 from pydantic import Field
 
-from machines import SETTLED, TransitionSink, build_lifecycle, common_rows
+from machines import SETTLED, TransitionSink, Vocabulary, build_lifecycle, common_rows
 from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
-from supervisor._diagnostic import FailureFacts, ProviderLabel
-from supervisor._run import ProviderRun, StepFailed
+from supervisor._diagnostic import FailureFacts
+from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor.process import LineReader, PsutilTree, TreeBackend
 from tests.conftest import CHILDREN, PYTHON
+
+
+class ScriptedEvent(enum.StrEnum):
+    SPAWN_FAILED = "spawn_failed"
+    HELLO_RECEIVED = "hello_received"
+    ANSWER_RECEIVED = "answer_received"
+    CHILD_EXITED = "child_exited"
+    EXIT_OBSERVED = "exit_observed"
+
 
 ScriptedLifecycle = build_lifecycle(
     "ScriptedLifecycle",
     stages=("initialize", "prompt", "process", "teardown"),
+    events=ScriptedEvent,
     table=(
-        ("spawn_failed", "initialize", "process"),
-        ("hello_received", "initialize", "prompt"),
-        ("answer_received", "prompt", SETTLED),
-        ("child_exited", "prompt", "process"),
-        ("exit_observed", "process", SETTLED),
-        *common_rows(startup=("initialize", "process"), running=("prompt", "process"), teardown="teardown"),
+        (ScriptedEvent.SPAWN_FAILED, "initialize", "process"),
+        (ScriptedEvent.HELLO_RECEIVED, "initialize", "prompt"),
+        (ScriptedEvent.ANSWER_RECEIVED, "prompt", SETTLED),
+        (ScriptedEvent.CHILD_EXITED, "prompt", "process"),
+        (ScriptedEvent.EXIT_OBSERVED, "process", SETTLED),
+        *common_rows(
+            startup=("initialize", "process"),
+            running=("prompt", "process"),
+            teardown="teardown",
+            late=(ScriptedEvent.ANSWER_RECEIVED, ScriptedEvent.CHILD_EXITED, ScriptedEvent.EXIT_OBSERVED),
+        ),
     ),
     doc="The scripted test provider's lifecycle.",
+    module=__name__,
+)
+
+SCRIPTED_VOCABULARY = Vocabulary(
+    label="Scripted",
+    stages=ScriptedLifecycle.STAGES,
+    categories=frozenset({"configuration", "transport", "process-start", "process-exit", "unknown"}),
+    exit_categories=frozenset({"process-exit"}),
 )
 
 
@@ -42,26 +66,25 @@ class ScriptedConfig(ProviderConfig):
     argv: list[str] = Field(default_factory=lambda: list(LINE_AGENT))
 
 
-class ScriptedRun(ProviderRun):
-    label = ProviderLabel.ACP
+class ScriptedRun(ProviderRun[ScriptedConfig]):
+    vocabulary = SCRIPTED_VOCABULARY
     lifecycle = ScriptedLifecycle
 
-    def __init__(self, *, events: RunEvents, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, context: RunContext[ScriptedConfig], *, events: RunEvents) -> None:
+        super().__init__(context)
         self._events = events
         self._partial = ""
         self._reader: LineReader | None = None
 
     async def _start(self) -> None:
         config = self.config
-        assert isinstance(config, ScriptedConfig)
         spec = self.spawn_spec(config.argv, self.resolve_cwd())
-        process = await self.spawn_child(spec, failed_as="process-start", fact="spawn_failed")
+        process = await self.spawn_child(spec, failed_as="process-start", fact=ScriptedEvent.SPAWN_FAILED)
         self._events.spawned.set()
         self._reader = LineReader(process.stdout, config.max_frame_bytes)
         if await self._reader.read_line() != b"hello":
             raise StepFailed(await self._exit_failure(fallback="transport"))
-        self.fact("hello_received")
+        self.fact(ScriptedEvent.HELLO_RECEIVED)
 
     async def _exit_failure(self, *, fallback: str) -> FailureFacts:
         assert self.process is not None
@@ -78,9 +101,9 @@ class ScriptedRun(ProviderRun):
         while True:
             line = await self._reader.read_line()
             if line is None:
-                self.fact("child_exited")
+                self.fact(ScriptedEvent.CHILD_EXITED)
                 facts = await self._exit_failure(fallback="transport")
-                self.fact("exit_observed")
+                self.fact(ScriptedEvent.EXIT_OBSERVED)
                 return SubagentResult(
                     output=self._partial, stop_reason=StopReason.ERROR, diagnostic=facts.line()
                 )
@@ -89,7 +112,7 @@ class ScriptedRun(ProviderRun):
                 self._partial += text.removeprefix("partial: ")
                 self._events.partial_output.set()
             elif text.startswith("answer: "):
-                self.fact("answer_received")
+                self.fact(ScriptedEvent.ANSWER_RECEIVED)
                 return SubagentResult(output=text.removeprefix("answer: "), stop_reason=StopReason.COMPLETED)
 
     def _output(self) -> str:
@@ -124,14 +147,7 @@ class ScriptedProvider:
         self.events = RunEvents()
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ScriptedRun:
-        return ScriptedRun(
-            provider_name=self.name,
-            config=self.config,
-            request=request,
-            trace=trace,
-            tree=self.tree,
-            events=self.events,
-        )
+        return ScriptedRun(RunContext(self.name, self.config, request, trace, self.tree), events=self.events)
 
 
 def scripted(

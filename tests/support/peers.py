@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parent.parent
 NODE_MODULES = TESTS_DIR / "node_modules"
 
 CODEX_APP_SERVER_ARGS: tuple[str, ...] = (
@@ -33,7 +33,7 @@ CODEX_APP_SERVER_ARGS: tuple[str, ...] = (
     "-c",
     "features.shell_snapshot=false",
 )
-"""Arguments for `codex app-server` (SPEC section 3: no endless reconnects, no login-shell snapshot)."""
+"""Arguments for `codex app-server` (no endless reconnects, no login-shell snapshot)."""
 
 CODEX_OFFLINE_FEATURES: Mapping[str, bool] = {"plugins": False}
 """Written to the app-server's config.toml: with `plugins` on, codex 0.171.0 tries to sync the

@@ -19,15 +19,12 @@ from typing import Any
 import anyio
 
 from machines import QUIESCENT
-from supervisor._diagnostic import (
-    ACP_TOOL_KINDS,
-    CODEX_PERMISSION_REQUESTS,
-    MAX_DIAGNOSTIC_BYTES,
-    VOCABULARY,
-    ProviderLabel,
-    bound_diagnostic,
-)
-from supervisor._run import ProviderRun
+from machines.acp import ACP_TOOL_KINDS, ACP_VOCABULARY
+from machines.claude_code import CLAUDE_CODE_VOCABULARY
+from machines.codex import CODEX_PERMISSION_REQUESTS, CODEX_VOCABULARY
+from machines.dsh_sdk import DSH_SDK_VOCABULARY
+from supervisor import Run
+from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES, bound_diagnostic
 from supervisor.providers import acp, dsh_sdk
 from tests.conftest import CHILDREN, PYTHON, TESTS
 from tests.conftest import tagged as tagged
@@ -119,14 +116,14 @@ def marks() -> Iterator[Marks]:
 # -- the oracle: every process on the machine carrying a run's tag -------------------------
 
 
-def assert_quiescent(run: ProviderRun) -> None:
+def assert_quiescent(run: Run) -> None:
     """Disposed (or rolled back) to whole-tree quiescence, proven by scanning the process table."""
     assert run.quiescent is True
     assert run.state == QUIESCENT
     assert tagged(run.id) == [], f"run {run.id} left processes behind"
 
 
-def assert_audit_consistent(run: ProviderRun) -> None:
+def assert_audit_consistent(run: Run) -> None:
     """Every entry names the run; the lifecycle and the ladder each form one unbroken chain."""
     entries = run.audit.entries
     assert all(entry.run_id == run.id for entry in entries)
@@ -136,7 +133,7 @@ def assert_audit_consistent(run: ProviderRun) -> None:
     assert all(a.target == b.source for a, b in itertools.pairwise(lifecycle))
     assert all(a.target == b.source for a, b in itertools.pairwise(ladder))
     if lifecycle:
-        assert lifecycle[0].source == run.machine.STAGES[0]
+        assert lifecycle[0].source == run.vocabulary.stages[0]
         assert lifecycle[-1].target == run.state
     if ladder:
         assert ladder[0].source == "running"
@@ -144,13 +141,17 @@ def assert_audit_consistent(run: ProviderRun) -> None:
 
 # -- the closed grammar of diagnostics ------------------------------------------------------
 
+VOCABULARIES = {
+    v.label: v for v in (ACP_VOCABULARY, DSH_SDK_VOCABULARY, CLAUDE_CODE_VOCABULARY, CODEX_VOCABULARY)
+}
+
 
 def _alternatives(values: Any) -> str:
     return "|".join(re.escape(str(v)) for v in sorted(values, key=lambda v: -len(str(v))))
 
 
 _FAILURE = re.compile(
-    rf"Subagent failure \(provider: (?P<provider>{_alternatives(ProviderLabel)}); "
+    rf"Subagent failure \(provider: (?P<provider>{_alternatives(VOCABULARIES)}); "
     r"stage: (?P<stage>[a-z-]+); category: (?P<category>[a-z-]+)"
     r"(?:; HTTP status: \d{1,5})?(?:; stop reason: (?:max_turn_requests|unknown))?"
     r"(?:; exit code: \d{1,3})?(?:; signal: SIG[A-Z0-9]+)?\)"
@@ -179,7 +180,7 @@ def assert_closed(text: str | None) -> None:
     for line in text.split("\n"):
         failure = _FAILURE.fullmatch(line)
         if failure is not None:
-            vocabulary = VOCABULARY[ProviderLabel(failure["provider"])]
+            vocabulary = VOCABULARIES[failure["provider"]]
             assert failure["stage"] in vocabulary.stages, line
             assert failure["category"] in vocabulary.categories, line
             continue

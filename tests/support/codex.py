@@ -15,14 +15,13 @@ import anyio
 import psutil
 import pytest
 
-from supervisor import Registry, SubagentRequest, SubagentResult
-from supervisor._run import ProviderRun
+from supervisor import Registry, Run, SubagentRequest, SubagentResult
 from supervisor.process import RUN_TAG_VARIABLE
 from supervisor.providers.codex import Config, Provider
-from tests.codex.schema import Direction, Frame
 from tests.conftest import CHILDREN, PYTHON
 from tests.mockmodel import RecordedRequest, Text, Turn, TurnFactory, responses_api
-from tests.peers import PeerLaunch
+from tests.support.codex_schema import Direction, Frame
+from tests.support.peers import PeerLaunch
 
 STANDIN = CHILDREN / "codex_standin.py"
 MCP_SERVER = CHILDREN / "codex_mcp_server.py"
@@ -135,7 +134,7 @@ def request(cwd: Path, task: str = "say hello") -> SubagentRequest:
     return SubagentRequest(task=task, parent_cwd=cwd)
 
 
-async def run_once(codex: Provider, cwd: Path, task: str = "say hello") -> tuple[SubagentResult, ProviderRun]:
+async def run_once(codex: Provider, cwd: Path, task: str = "say hello") -> tuple[SubagentResult, Run]:
     registry = Registry()
     registry.register(codex)
     async with registry.run(codex.name, request(cwd, task)) as run:

@@ -1,0 +1,95 @@
+"""What a caller holds: the :class:`Run` protocol.
+
+Callers (the registry's users, the CLI, consumers) see a run only through this
+protocol; the base providers extend (:class:`~supervisor.ProviderRun`) carries the
+provider-side helpers as well, and those are not part of what a caller may use.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from anyio.abc import TaskGroup
+
+from machines import AuditTrail, Vocabulary
+from supervisor._abort import AbortSignal
+from supervisor._seam import SubagentResult
+from supervisor.process import ExitFacts
+
+
+@runtime_checkable
+class Run(Protocol):
+    """One supervised child run, as a caller sees it."""
+
+    @property
+    def id(self) -> str:
+        """Minted by the parent (uuid4); the child's own session id never leaks."""
+        ...
+
+    @property
+    def provider_name(self) -> str: ...
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """The provider's closed vocabulary (its label and stages)."""
+        ...
+
+    @property
+    def stage(self) -> str:
+        """The current stage, read from the run's lifecycle chart."""
+        ...
+
+    @property
+    def state(self) -> str:
+        """The active lifecycle state (a stage, ``settled``, ``quiescent`` or ``leaked``)."""
+        ...
+
+    @property
+    def stages_entered(self) -> tuple[str, ...]:
+        """Stage names in the order first entered."""
+        ...
+
+    @property
+    def audit(self) -> AuditTrail:
+        """Every transition of the run's charts, in order."""
+        ...
+
+    @property
+    def exit_facts(self) -> ExitFacts | None:
+        """The direct child's exit code and signal, once observed."""
+        ...
+
+    @property
+    def quiescent(self) -> bool | None:
+        """None until disposed; then whether the whole tree was proven gone."""
+        ...
+
+    @property
+    def settled(self) -> bool: ...
+
+    @property
+    def cancelled_locally(self) -> bool: ...
+
+    async def start(self, task_group: TaskGroup, abort: AbortSignal | None = None) -> None:
+        """Spawn and handshake; return once published (``Registry.run`` calls it)."""
+        ...
+
+    async def result(self) -> SubagentResult:
+        """The settled result; never raises for a child-level failure."""
+        ...
+
+    async def output_arrived(self) -> None:
+        """Return once the child has sent some answer text (or the run has settled)."""
+        ...
+
+    def cancel(self) -> None:
+        """Local cancellation: settle ``aborted`` at once, keeping partial output."""
+        ...
+
+    async def dispose(self) -> None:
+        """Reach whole-tree quiescence or raise ``TeardownFailed``.  Idempotent."""
+        ...
+
+    def force_kill(self) -> None:
+        """Skip the remaining teardown graces."""
+        ...

@@ -1,0 +1,113 @@
+"""Provider kinds, found through the ``subagent_supervisor.providers`` entry-point group.
+
+A kind is registered by the distribution that ships it, exactly the same way for the
+four built-in kinds as for a third party::
+
+    [project.entry-points."subagent_supervisor.providers"]
+    my-agent = "my_agent_provider:KIND"
+    needs-sdk = "supervisor.providers.claude_code:KIND [claude-code]"   # needs an extra
+
+The entry point names a :class:`ProviderKind`: the kind's TOML keys (``config``), how
+to build a provider from them (``provider``), its closed vocabulary and the
+capabilities it offers.  Listing kinds reads only the installed distributions'
+metadata; a kind's module is imported when that kind is first used, so an optional
+SDK (or a slow import) is paid for only by the runs that need it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Generic, TypeVar
+
+from machines import Vocabulary
+from supervisor._config import ProviderConfig
+from supervisor._errors import ConfigurationError, NoProvider
+from supervisor._registry import Provider
+from supervisor._seam import NO_CAPABILITIES, Capabilities
+
+PROVIDERS_GROUP = "subagent_supervisor.providers"
+"""The entry-point group every provider kind is registered in."""
+
+_DISTRIBUTION = "subagent-supervisor"
+
+ConfigT = TypeVar("ConfigT", bound=ProviderConfig)
+
+
+@dataclass(frozen=True)
+class ProviderKind(Generic[ConfigT]):
+    """What a provider distribution registers under :data:`PROVIDERS_GROUP`."""
+
+    config: type[ConfigT]
+    """The pydantic model of the kind's TOML keys (extend :class:`ProviderConfig`)."""
+    provider: Callable[[ConfigT, str | None], Provider]
+    """``provider(config, name)``: a provider for one configured entry; raise
+    :class:`~supervisor.ConfigurationError` for a problem found before anything spawns."""
+    vocabulary: Vocabulary
+    """The kind's closed diagnostic vocabulary (its label and stages)."""
+    capabilities: Capabilities = NO_CAPABILITIES
+
+
+@dataclass(frozen=True)
+class InstalledKind:
+    """One kind as the installed metadata declares it; :meth:`load` imports it."""
+
+    name: str
+    entry_point: EntryPoint
+
+    @property
+    def distribution(self) -> str | None:
+        dist = self.entry_point.dist
+        return None if dist is None else dist.name
+
+    @property
+    def extra(self) -> str | None:
+        """The extra of its distribution the kind needs (``name = "mod:KIND [extra]"``)."""
+        # ``EntryPoint.extras`` splits names at ``-``; read the declared value instead.
+        _, bracket, rest = self.entry_point.value.partition("[")
+        names = [n.strip() for n in rest.rstrip("] ").split(",") if n.strip()] if bracket else []
+        return names[0] if names else None
+
+    def load(self) -> ProviderKind[Any]:
+        loaded = self.entry_point.load()
+        if not isinstance(loaded, ProviderKind):
+            raise ConfigurationError(
+                f'the entry point for provider kind "{self.name}" does not name a ProviderKind'
+            )
+        return loaded
+
+
+def _discover() -> dict[str, InstalledKind]:
+    """This distribution's kinds first, then the others; within each, the kinds that
+    need no extra first, then by name.  A name registered twice keeps the first."""
+
+    def order(point: EntryPoint) -> tuple[bool, bool, str]:
+        own = point.dist is not None and point.dist.name == _DISTRIBUTION
+        return (not own, "[" in point.value, point.name)
+
+    found: dict[str, InstalledKind] = {}
+    for point in sorted(entry_points(group=PROVIDERS_GROUP), key=order):
+        found.setdefault(point.name, InstalledKind(point.name, point))
+    return found
+
+
+@functools.cache
+def installed_kinds() -> dict[str, InstalledKind]:
+    """Every installed provider kind by name (read once per process)."""
+    return _discover()
+
+
+def kind(name: str) -> ProviderKind[Any]:
+    """The installed kind ``name``, loaded; :class:`~supervisor.NoProvider` when none is."""
+    try:
+        installed = installed_kinds()[name]
+    except KeyError:
+        raise NoProvider(f'no subagent provider kind "{name}" is installed') from None
+    return installed.load()
+
+
+def create_provider(name: str, config: ProviderConfig, provider_name: str | None = None) -> Provider:
+    """A provider of kind ``name`` for ``config`` (the embedding API's one-liner)."""
+    return kind(name).provider(config, provider_name)

@@ -1,0 +1,331 @@
+"""``subagents mcp``: a stdio MCP server whose tools delegate to supervised subagents.
+
+Built on the official ``mcp`` SDK's low-level server so the tool schemas can name the
+configured providers as an enum.  stdout carries MCP frames only: children never
+inherit it (their stderr is drained to the host log), and nothing here prints.
+
+Cancellation: a cancelled ``run_subagent`` request (``notifications/cancelled``)
+cancels its handler, which cancels the run locally; when the client goes away (stdin
+EOF, or the client died and the pipe closed) every run is cancelled and its tree torn
+down before the server exits 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+
+from supervisor._errors import SubagentError
+from supervisor._mcp_desk import Desk, DeskRun, Settled, inside_roots
+from supervisor._registry import Registry
+from supervisor._seam import SubagentRequest
+
+log = logging.getLogger("supervisor")
+
+DEFAULT_WAIT_SECONDS = 30.0
+MAX_WAIT_SECONDS = 300.0
+SERVER_NAME = "subagents"
+
+
+class ToolError(Exception):
+    """A bad argument or an unknown run: one line of text, answered with ``isError``."""
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    registry: Registry
+    providers: tuple[str, ...]
+    roots: tuple[Path, ...]
+    max_concurrent: int
+
+
+def _task_schema(providers: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "What the subagent should do."},
+            "provider": {
+                "type": "string",
+                "enum": list(providers),
+                "description": f"Which configured subagent runs the task (default: {providers[0]}).",
+            },
+            "cwd": {
+                "type": "string",
+                "description": "The subagent's working directory, inside the server's roots "
+                "(default: the first root; relative paths are taken from it).",
+            },
+        },
+        "required": ["task"],
+        "additionalProperties": False,
+    }
+
+
+_RUN_ID_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"run_id": {"type": "string"}},
+    "required": ["run_id"],
+    "additionalProperties": False,
+}
+
+
+def tool_list(providers: tuple[str, ...]) -> list[types.Tool]:
+    task = _task_schema(providers)
+    return [
+        types.Tool(
+            name="run_subagent",
+            description="Run a task in a supervised subagent and wait for its answer. The whole "
+            "process tree of the subagent is gone when this returns.",
+            input_schema=task,
+        ),
+        types.Tool(
+            name="start_subagent",
+            description="Start a task in a supervised subagent in the background; returns its run_id.",
+            input_schema=task,
+        ),
+        types.Tool(
+            name="wait_subagent",
+            description="Wait for a background subagent (up to timeout_s seconds, default 30, at most "
+            "300): its result once settled, else its state and stage.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+                },
+                "required": ["run_id"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="cancel_subagent",
+            description="Cancel a subagent and return its settled result once its tree is gone.",
+            input_schema=_RUN_ID_SCHEMA,
+        ),
+        types.Tool(
+            name="list_subagents",
+            description="Every subagent this server holds, with its state and stage.",
+            input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        ),
+    ]
+
+
+def _text(text: str, structured: Any = None, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured, is_error=error
+    )
+
+
+def _settled_result(settled: Settled) -> types.CallToolResult:
+    return _text(settled.text, settled.as_dict(), error=not settled.completed)
+
+
+class SubagentTools:
+    """The five tools over one :class:`Desk`."""
+
+    def __init__(self, settings: McpSettings, desk: Desk) -> None:
+        self._settings = settings
+        self._desk = desk
+
+    # -- arguments ------------------------------------------------------------------
+
+    def _request(self, arguments: dict[str, Any]) -> tuple[str, SubagentRequest]:
+        unknown = set(arguments) - {"task", "provider", "cwd"}
+        if unknown:
+            raise ToolError(f"unknown argument(s): {', '.join(sorted(unknown))}")
+        task = arguments.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise ToolError("task must be a non-empty string")
+        providers = self._settings.providers
+        provider = arguments.get("provider", providers[0])
+        if not isinstance(provider, str) or provider not in providers:
+            raise ToolError(f"provider must be one of: {', '.join(providers)}")
+        return provider, SubagentRequest(task=task, parent_cwd=self._cwd(arguments.get("cwd")))
+
+    def _cwd(self, value: Any) -> Path:
+        roots = list(self._settings.roots)
+        if value is None:
+            return roots[0]
+        if not isinstance(value, str) or not value.strip():
+            raise ToolError("cwd must be a non-empty string")
+        # Symlinks are resolved before the check, so a link that points out is refused.
+        candidate = Path(os.path.realpath(roots[0] / os.path.expanduser(value)))
+        if not inside_roots(candidate, roots):
+            raise ToolError("cwd is outside the allowed roots")
+        if not candidate.is_dir() or not os.access(candidate, os.X_OK):
+            raise ToolError("cwd is not an accessible directory")
+        return candidate
+
+    def _entry(self, arguments: dict[str, Any], *, allowed: frozenset[str]) -> DeskRun:
+        unknown = set(arguments) - allowed
+        if unknown:
+            raise ToolError(f"unknown argument(s): {', '.join(sorted(unknown))}")
+        run_id = arguments.get("run_id")
+        if not isinstance(run_id, str):
+            raise ToolError("run_id must be a string")
+        entry = self._desk.get(run_id)
+        if entry is None:
+            raise ToolError(f"no subagent run with id {run_id!r}")
+        return entry
+
+    # -- tools ----------------------------------------------------------------------
+
+    async def call(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        try:
+            if name == "run_subagent":
+                return await self._run(ctx, arguments)
+            if name == "start_subagent":
+                entry = self._start(arguments)
+                return _text(f"started subagent run {entry.run_id}", {"run_id": entry.run_id})
+            if name == "wait_subagent":
+                return await self._wait(arguments)
+            if name == "cancel_subagent":
+                entry = self._entry(arguments, allowed=frozenset({"run_id"}))
+                self._desk.cancel(entry)
+                await entry.done.wait()
+                assert entry.settled is not None
+                return _settled_result(entry.settled)
+            if name == "list_subagents":
+                if arguments:
+                    raise ToolError("list_subagents takes no arguments")
+                runs = [entry.summary() for entry in self._desk.all()]
+                return _text(_list_text(runs), {"runs": runs})
+            raise ToolError(f"unknown tool {name!r}")
+        except ToolError as exc:
+            return _text(str(exc), error=True)
+
+    def _start(self, arguments: dict[str, Any]) -> DeskRun:
+        provider, request = self._request(arguments)
+        try:
+            return self._desk.start(provider, request)
+        except SubagentError as exc:  # the registry's own checks: fixed texts, no child data
+            raise ToolError(str(exc)) from None
+
+    async def _run(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+        entry = self._start(arguments)
+        token = _progress_token(ctx)
+        sender: MemoryObjectSendStream[str] | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                if token is not None:
+                    sender, receiver = anyio.create_memory_object_stream[str](max_buffer_size=64)
+                    entry.listeners.append(_forward(sender))
+                    tg.start_soon(_send_progress, ctx, token, entry.stage, receiver)
+                await entry.done.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            if entry.settled is None:  # the request was cancelled: cancel the run with it
+                self._desk.cancel(entry)
+            if sender is not None:
+                sender.close()
+        assert entry.settled is not None
+        return _settled_result(entry.settled)
+
+    async def _wait(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        entry = self._entry(arguments, allowed=frozenset({"run_id", "timeout_s"}))
+        timeout = arguments.get("timeout_s", DEFAULT_WAIT_SECONDS)
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or not 0 <= timeout <= MAX_WAIT_SECONDS
+        ):
+            raise ToolError(f"timeout_s must be a number from 0 to {MAX_WAIT_SECONDS:g}")
+        with anyio.move_on_after(timeout):
+            await entry.done.wait()
+        if entry.settled is not None:
+            return _settled_result(entry.settled)
+        state = {"run_id": entry.run_id, "state": str(entry.state), "stage": entry.stage}
+        return _text(f"subagent run {entry.run_id} is {entry.state} (stage: {entry.stage})", state)
+
+
+def _forward(sender: MemoryObjectSendStream[str]) -> Any:
+    def listener(stage: str) -> None:
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            sender.send_nowait(stage)  # progress is best effort
+
+    return listener
+
+
+async def _send_progress(
+    ctx: ServerRequestContext[Any],
+    token: str | int,
+    first: str,
+    stages: MemoryObjectReceiveStream[str],
+) -> None:
+    count = 0
+
+    async def send(stage: str) -> None:
+        nonlocal count
+        count += 1
+        await ctx.session.send_progress_notification(
+            token, count, message=stage, related_request_id=str(ctx.request_id)
+        )
+
+    await send(first)
+    async with stages:
+        async for stage in stages:
+            await send(stage)
+
+
+def _progress_token(ctx: ServerRequestContext[Any]) -> str | int | None:
+    meta: Any = ctx.meta
+    if not meta:
+        return None
+    token = meta.get("progress_token", meta.get("progressToken"))
+    return token if isinstance(token, str | int) else None
+
+
+def _list_text(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "no subagent runs"
+    return "\n".join(f"{r['run_id']} {r['provider']} {r['state']} ({r['stage']})" for r in runs)
+
+
+async def serve(settings: McpSettings) -> int:
+    """Serve MCP on stdin/stdout until the client goes away; every tree is gone on return."""
+    async with anyio.create_task_group() as runs_group:
+        desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
+        tools = SubagentTools(settings, desk)
+        listed = tool_list(settings.providers)
+
+        async def list_tools(
+            ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+        ) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=listed)
+
+        async def call_tool(
+            ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+        ) -> types.CallToolResult:
+            return await tools.call(ctx, params.name, dict(params.arguments or {}))
+
+        server: Server[Any] = Server(
+            SERVER_NAME, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool
+        )
+        try:
+            async with stdio_server() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            desk.cancel_all()  # the client is gone: every run ends, each tree torn down
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("subagent-supervisor")
+    except PackageNotFoundError:
+        return "0.0.0"

@@ -1,0 +1,279 @@
+"""The OpenTelemetry side of telemetry: imported only once telemetry is turned on.
+
+One run is one span ``invoke_agent <provider name>`` of kind CLIENT (the GenAI
+conventions' kind for an agent invoked outside the caller's process), opened when the
+run starts and ended once it is disposed, or once its start failed and was rolled
+back.  Every audit transition (lifecycle and teardown ladder) is a span event named
+for the transition's event.  Only closed facts go in: names, ids, the stop reason, the
+failure line's category, the process outcome.  Never the task, the output or anything
+the child wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from machines import Transition, TransitionSink
+from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
+from supervisor._seam import StopReason, SubagentResult
+from supervisor._telemetry import transition_attributes
+
+if TYPE_CHECKING:
+    from supervisor._run import ProviderRun
+
+INSTRUMENTATION_NAME = "subagent-supervisor"
+OPERATION = "invoke_agent"
+TRACE_VARIABLES = ("TRACEPARENT", "TRACESTATE")
+
+# Attribute names (documented in the README's Telemetry section).
+OPERATION_NAME = "gen_ai.operation.name"
+AGENT_NAME = "gen_ai.agent.name"
+AGENT_ID = "gen_ai.agent.id"
+KIND = "subagent.kind"
+STOP_REASON = "subagent.stop_reason"
+CONTAINMENT = "subagent.containment"
+QUIESCENT = "subagent.quiescent"
+EXIT_CODE = "process.exit.code"
+EXIT_SIGNAL = "subagent.exit.signal"
+ERROR_TYPE = "error.type"
+
+CONTAINMENTS = frozenset({"cgroup", "process-tree"})
+_CATEGORY = re.compile(r"Subagent failure \(provider: [^;()]+; stage: [a-z-]+; category: ([a-z-]+)[;)]")
+_PROPAGATOR = TraceContextTextMapPropagator()
+EXPORT_TIMEOUT_SECONDS = 3.0
+
+
+def _kind_of(run: ProviderRun[Any]) -> str:
+    """The installed kind whose vocabulary the run speaks (kinds are loaded once each)."""
+    from supervisor._kinds import installed_kinds
+
+    for name, installed in installed_kinds().items():
+        try:
+            if installed.load().vocabulary is run.vocabulary:
+                return name
+        except Exception:  # a kind whose extra is missing cannot be this run's
+            continue
+    return "unknown"
+
+
+def failure_category(diagnostic: str | None, categories: frozenset[str]) -> str | None:
+    """The category of the failure line a diagnostic starts with (a closed value), if any."""
+    match = _CATEGORY.match(diagnostic or "")
+    if match is None or match.group(1) not in categories:
+        return None
+    return match.group(1)
+
+
+class RunSpan:
+    """The span of one run (see the module docstring)."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+        self._span: trace.Span | None = None
+        self._ended = False
+
+    def sink(self, downstream: TransitionSink | None) -> TransitionSink:
+        def record(entry: Transition) -> None:
+            if self._span is not None and not self._ended:
+                self._span.add_event(entry.event, transition_attributes(entry))
+            if downstream is not None:
+                downstream(entry)
+
+        return record
+
+    def begin(self, run: ProviderRun[Any]) -> None:
+        if self._span is not None:
+            return
+        self._span = self._tracer.start_span(
+            f"{OPERATION} {run.provider_name}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                OPERATION_NAME: OPERATION,
+                AGENT_NAME: run.provider_name,
+                AGENT_ID: run.id,
+                KIND: _kind_of(run),
+            },
+        )
+
+    def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
+        if self._span is None:
+            return env
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self._span))
+        out = dict(env)
+        for name in TRACE_VARIABLES:
+            if name in explicit:  # explicit configuration always wins
+                continue
+            out.pop(name, None)  # an inherited context must not pair with ours
+            value = carrier.get(name.lower())
+            if value:
+                out[name] = value
+        return out
+
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+        span = self._open()
+        if span is None:
+            return
+        self._process_facts(span, run)
+        if isinstance(error, StartFailed):
+            self._fail(span, failure_category(error.diagnostic, run.vocabulary.categories) or "unknown")
+        elif isinstance(error, Exception) and not isinstance(error, StartAborted):
+            self._fail(span, type(error).__qualname__)
+        self._close(span)
+
+    def end(
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+    ) -> None:
+        span = self._open()
+        if span is None:
+            return
+        self._process_facts(span, run)
+        if result is not None:
+            span.set_attribute(STOP_REASON, str(result.stop_reason))
+        error_type = _result_error(result, run.vocabulary.categories)
+        if error_type is None and teardown_error is not None:
+            error_type = failure_category(teardown_error.diagnostic, run.vocabulary.categories) or "unknown"
+        if error_type is not None:
+            self._fail(span, error_type)
+        self._close(span)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _open(self) -> trace.Span | None:
+        return None if self._span is None or self._ended else self._span
+
+    def _close(self, span: trace.Span) -> None:
+        self._ended = True
+        span.end()
+
+    @staticmethod
+    def _fail(span: trace.Span, error_type: str) -> None:
+        span.set_attribute(ERROR_TYPE, error_type)
+        span.set_status(Status(StatusCode.ERROR))
+
+    @staticmethod
+    def _process_facts(span: trace.Span, run: ProviderRun[Any]) -> None:
+        containment = getattr(run, "containment", None)
+        containment = getattr(containment, "value", containment)
+        if isinstance(containment, str) and containment in CONTAINMENTS:
+            span.set_attribute(CONTAINMENT, containment)
+        if run.quiescent is not None:
+            span.set_attribute(QUIESCENT, run.quiescent)
+        facts = run.exit_facts
+        if facts is not None:
+            if facts.exit_code is not None:
+                span.set_attribute(EXIT_CODE, facts.exit_code)
+            if facts.signal is not None:
+                span.set_attribute(EXIT_SIGNAL, facts.signal)
+
+
+def _result_error(result: SubagentResult | None, categories: frozenset[str]) -> str | None:
+    """``error.type`` for a settled result, or None when it is not a failure.
+
+    A failure is what a job settles as ``failed``: anything but ``completed`` and an
+    ``aborted`` without a diagnostic (a cancellation).  Its type is the failure line's
+    category, else the stop reason itself (a refusal, a token limit).
+    """
+    if result is None or result.stop_reason == StopReason.COMPLETED:
+        return None
+    if result.stop_reason == StopReason.ABORTED and result.diagnostic is None:
+        return None
+    return failure_category(result.diagnostic, categories) or str(result.stop_reason)
+
+
+# -- process-wide set-up ---------------------------------------------------------------------
+
+
+def tracer_from(provider: Any) -> trace.Tracer:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        own_version = version("subagent-supervisor")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        own_version = "0"
+    tracer: trace.Tracer = provider.get_tracer(INSTRUMENTATION_NAME, own_version)
+    return tracer
+
+
+def sdk_provider(exporters: list[str], env: Mapping[str, str]) -> Any:
+    """An SDK tracer provider exporting with ``exporters`` through batch processors."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env.get(variable, "").strip()
+        if protocol and protocol != "http/protobuf":
+            raise ConfigurationError(f"{variable}: only http/protobuf is supported")
+    named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: "subagents"}))
+    for name in dict.fromkeys(exporters):
+        exporter: SpanExporter
+        if name == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            timeout_set = any(
+                env.get(v) for v in ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+            )
+            # An unreachable collector delays the command's exit by at most this (the standard is 10 s).
+            exporter = OTLPSpanExporter() if timeout_set else OTLPSpanExporter(timeout=EXPORT_TIMEOUT_SECONDS)
+        elif name == "console":
+            exporter = ConsoleSpanExporter(out=sys.stderr)
+        else:
+            raise ConfigurationError(
+                f"OTEL_TRACES_EXPORTER: unsupported exporter {name!r} (supported: otlp, console, none)"
+            )
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def attach_traceparent(env: Mapping[str, str]) -> object:
+    """Make a W3C ``TRACEPARENT`` from the environment the current parent; a detach token."""
+    parent = env.get("TRACEPARENT", "").strip()
+    if not parent:
+        return None
+    carrier = {"traceparent": parent, "tracestate": env.get("TRACESTATE", "")}
+    return attach_carrier(carrier)
+
+
+def attach_carrier(carrier: Mapping[str, str]) -> object:
+    extracted = _PROPAGATOR.extract(dict(carrier))
+    if not trace.get_current_span(extracted).get_span_context().is_valid:
+        return None
+    return otel_context.attach(extracted)
+
+
+def detach(token: object) -> None:
+    if token is not None:
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def inject() -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier
+
+
+@contextmanager
+def parent_span(tracer: trace.Tracer, name: str) -> Iterator[None]:
+    """A current INTERNAL span; a failure records the exception's class name, never its text."""
+    span = tracer.start_span(name, kind=SpanKind.INTERNAL)
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    except Exception as exc:
+        span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+        span.set_status(Status(StatusCode.ERROR))
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()

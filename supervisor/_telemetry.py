@@ -1,0 +1,262 @@
+"""Telemetry switch: OpenTelemetry when enabled, nothing at all (not even an import) when not.
+
+Theory of operation
+-------------------
+Telemetry is off unless one of three things turns it on:
+
+* a ``subagents`` command calls :func:`configure_from_cli` with ``--otel`` given, or
+  with the standard ``OTEL_TRACES_EXPORTER`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``
+  environment set: an SDK tracer provider with a batch processor is built for the
+  command and flushed by :func:`shutdown`;
+* an embedder calls :func:`use` with a tracer provider of its own (never installed
+  globally by this package).
+
+While off, every run gets :data:`NOOP`, whose hooks cost one method call each and
+import nothing; the OpenTelemetry packages are imported only by ``_otel`` once
+telemetry is turned on.
+
+The ACP SDK opens spans of its own whose ``method`` attribute is whatever method name
+the child sent; they are switched off whenever the SDK is imported
+(:func:`import_acp_untraced`), so child text never reaches a trace through them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from machines import Transition, TransitionSink
+from supervisor._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from supervisor._errors import TeardownFailed
+    from supervisor._run import ProviderRun
+    from supervisor._seam import SubagentResult
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+MISSING_EXTRA = "--otel needs the otel extra: pip install 'subagent-supervisor[otel]'"
+
+
+class RunTelemetry(Protocol):
+    """What a run calls; the no-op and the span implementation share it."""
+
+    def sink(self, downstream: TransitionSink | None) -> TransitionSink | None:
+        """The audit sink: span events first, then ``downstream``."""
+        ...
+
+    def begin(self, run: ProviderRun[Any]) -> None:
+        """Open the run's span (in the caller's context, so it nests under an active span)."""
+        ...
+
+    def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
+        """``env`` plus ``TRACEPARENT`` of the run's span (an explicit config entry wins)."""
+        ...
+
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+        """End the span of a run whose start raised."""
+        ...
+
+    def end(
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+    ) -> None:
+        """End the span of a disposed run."""
+        ...
+
+
+class _NoopRunTelemetry:
+    def sink(self, downstream: TransitionSink | None) -> TransitionSink | None:
+        return downstream
+
+    def begin(self, run: ProviderRun[Any]) -> None:
+        pass
+
+    def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
+        return env
+
+    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+        pass
+
+    def end(
+        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+    ) -> None:
+        pass
+
+
+NOOP: RunTelemetry = _NoopRunTelemetry()
+
+
+class _State:
+    """The process-wide switch: the tracer runs use, and the provider we own (if any)."""
+
+    tracer: Any = None  # opentelemetry.trace.Tracer once enabled
+    owned_provider: Any = None  # an SDK TracerProvider built by configure_from_cli
+    attached: object = None  # the context token of an inherited TRACEPARENT
+
+
+_state = _State()
+
+
+def enabled() -> bool:
+    """Whether runs started now get a span."""
+    return _state.tracer is not None
+
+
+def for_run() -> RunTelemetry:
+    """The telemetry of a run created now: a span recorder, or :data:`NOOP`."""
+    if _state.tracer is None:
+        return NOOP
+    from supervisor import _otel
+
+    return _otel.RunSpan(_state.tracer)
+
+
+def use(tracer_provider: Any) -> None:
+    """Give runs a tracer from ``tracer_provider`` (an embedder's); ``None`` turns telemetry off.
+
+    The provider is used as given, never installed as the global one.  An embedder that
+    already set a global provider passes ``opentelemetry.trace.get_tracer_provider()``.
+    """
+    if tracer_provider is None:
+        _state.tracer = None
+        return
+    from supervisor import _otel
+
+    _state.tracer = _otel.tracer_from(tracer_provider)
+
+
+def wanted_by_environment(environ: Mapping[str, str]) -> bool:
+    """Whether the standard OpenTelemetry environment asks for traces."""
+    return bool(environ.get("OTEL_TRACES_EXPORTER", "").strip()) or any(
+        environ.get(name, "").strip() for name in ENDPOINT_VARIABLES
+    )
+
+
+def configure_from_cli(enabled: bool, *, environ: Mapping[str, str] | None = None) -> bool:
+    """Turn telemetry on for a ``subagents`` command; return whether it is on.
+
+    On with ``enabled`` (the ``--otel`` flag) or the standard environment; off when
+    ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``.  Exporters:
+    ``otlp`` (the default, OTLP over HTTP/protobuf, configured by the standard
+    ``OTEL_EXPORTER_OTLP_*`` variables) and ``console`` (on stderr).  A W3C
+    ``TRACEPARENT`` in the environment becomes the parent of everything the command
+    traces.  Call :func:`shutdown` before the command exits to flush the spans.
+
+    Raises :class:`ConfigurationError` when ``--otel`` is given without the ``otel``
+    extra, or when the exporter named is not supported.  Without ``--otel``, a missing
+    extra just leaves telemetry off: the variables may be meant for other tools.
+    """
+    env = os.environ if environ is None else environ
+    exporters = [e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()]
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or exporters == ["none"]:
+        return False
+    if not (enabled or wanted_by_environment(env)):
+        return False
+    try:
+        from supervisor import _otel
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("opentelemetry"):
+            raise
+        if enabled:
+            raise ConfigurationError(MISSING_EXTRA) from None
+        return False
+    provider = _otel.sdk_provider(exporters or ["otlp"], env)
+    shutdown()
+    _state.owned_provider = provider
+    _state.tracer = _otel.tracer_from(provider)
+    _state.attached = _otel.attach_traceparent(env)
+    return True
+
+
+def shutdown() -> None:
+    """Flush and close the provider :func:`configure_from_cli` built; telemetry is then off.
+
+    An embedder's provider (:func:`use`) is left alone: the embedder owns it.
+    """
+    provider, _state.owned_provider = _state.owned_provider, None
+    if provider is None:
+        return
+    _state.tracer = None
+    from supervisor import _otel
+
+    _otel.detach(_state.attached)
+    _state.attached = None
+    provider.shutdown()
+
+
+@contextmanager
+def span(name: str) -> Iterator[None]:
+    """A parent span (``subagents batch``, an MCP call) that runs started inside nest under.
+
+    A no-op when telemetry is off.  An exception leaving the block marks the span as an
+    error with ``error.type`` set to the exception's class name, never its message.
+    """
+    if _state.tracer is None:
+        yield
+        return
+    from supervisor import _otel
+
+    with _otel.parent_span(_state.tracer, name):
+        yield
+
+
+def inject() -> dict[str, str]:
+    """The current trace context as W3C headers (``traceparent``), to continue it elsewhere.
+
+    Empty when telemetry is off.  A Ray driver sends this with each task; the worker
+    continues the trace with :func:`attached`.
+    """
+    if _state.tracer is None:
+        return {}
+    from supervisor import _otel
+
+    return _otel.inject()
+
+
+@contextmanager
+def attached(carrier: Mapping[str, str]) -> Iterator[None]:
+    """Make the trace context in ``carrier`` (from :func:`inject`) current for the block."""
+    if _state.tracer is None or not carrier:
+        yield
+        return
+    from supervisor import _otel
+
+    token = _otel.attach_carrier(carrier)
+    try:
+        yield
+    finally:
+        _otel.detach(token)
+
+
+def import_acp_untraced() -> ModuleType:
+    """Import the ACP SDK with its own spans switched off; return the ``acp`` module.
+
+    The SDK's ``acp.request`` / ``acp.notification`` spans carry the method name the
+    child sent, and would reach any global tracer provider.  When OpenTelemetry is not
+    loaded yet, the SDK's optional import of it is refused for the moment of the SDK's
+    import (so a run without telemetry never loads it); either way the SDK's tracer is
+    then switched off.
+    """
+    if "acp" not in sys.modules:
+        refused = [name for name in ("opentelemetry", "logfire") if name not in sys.modules]
+        for name in refused:
+            sys.modules[name] = None  # type: ignore[assignment]  # makes that import fail
+        try:
+            importlib.import_module("acp")
+        finally:
+            for name in refused:
+                if sys.modules.get(name, ...) is None:
+                    del sys.modules[name]
+    sdk_telemetry = importlib.import_module("acp.telemetry")
+    for switch in ("TRACER", "logfire_span"):  # the SDK opens spans only when either is set
+        setattr(sdk_telemetry, switch, None)
+    return importlib.import_module("acp")
+
+
+def transition_attributes(entry: Transition) -> dict[str, str]:
+    """The closed attributes of one transition event."""
+    return {"source": entry.source, "target": entry.target, "machine": entry.machine}

@@ -1,0 +1,76 @@
+"""A provider from another distribution works through the real CLI with no change here.
+
+``tests/plugin_provider`` is a tiny distribution (one module: chart, vocabulary,
+config, run, provider) that registers the kind ``echo`` under the entry-point group.
+It is built and installed into a temporary ``--target`` directory that only the CLI
+subprocesses see (``PYTHONPATH``), so the test environment itself is not changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DISTRIBUTION = Path(__file__).resolve().parent / "plugin_provider"
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    target = tmp_path_factory.mktemp("plugin-target")
+    source = tmp_path_factory.mktemp("plugin-source") / "plugin_provider"
+    shutil.copytree(DISTRIBUTION, source)  # the build writes beside its sources
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(source)]
+    subprocess.run(pip, check=True, capture_output=True, timeout=300)
+    return str(target)
+
+
+def subagents(plugin_path: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor._cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "echo.toml"
+    config.write_text('[[provider]]\nkind = "echo"\nname = "my-echo"\n')
+    return config
+
+
+def test_the_kind_is_listed(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "providers", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    kinds = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert kinds == ["acp", "dsh-sdk", "claude-code", "codex", "echo"]
+    assert "echo         Echo child\n" in proc.stdout
+
+
+def test_a_run_completes_through_the_cli(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "run", "--config", str(write_config(tmp_path)), "hello there", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "hello there\n"
+
+
+def test_a_failure_carries_the_kinds_own_label(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "run", "--config", str(write_config(tmp_path)), "fail", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.endswith(
+        "subagents: subagent run failed\n"
+        "Diagnostic: Subagent failure (provider: Echo; stage: echo; category: child-exit; exit code: 3)\n"
+    )
+
+
+def test_without_the_distribution_the_kind_is_unknown(tmp_path: Path) -> None:
+    proc = subagents("", "run", "--config", str(write_config(tmp_path)), "hello", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "kind: must be one of acp, dsh-sdk, claude-code, codex\n" in proc.stderr
