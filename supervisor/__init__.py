@@ -28,6 +28,10 @@ from machines import Vocabulary as Vocabulary
 from machines import build_lifecycle as build_lifecycle
 from machines import common_rows as common_rows
 from supervisor._abort import AbortSignal as AbortSignal
+from supervisor._batch import BatchError as BatchError
+from supervisor._batch import BatchItem as BatchItem
+from supervisor._batch import BatchRecord as BatchRecord
+from supervisor._batch import batch as batch
 from supervisor._config import CommandConfig as CommandConfig
 from supervisor._config import ProviderConfig as ProviderConfig
 from supervisor._consumers import JobOutcome as JobOutcome
@@ -72,6 +76,9 @@ __all__ = (
     "PROVIDERS_GROUP",
     "AbortSignal",
     "AuditTrail",
+    "BatchError",
+    "BatchItem",
+    "BatchRecord",
     "Capabilities",
     "ClosedField",
     "CommandConfig",
@@ -108,6 +115,7 @@ __all__ = (
     "TransitionSink",
     "UnsupportedCapability",
     "Vocabulary",
+    "batch",
     "bound_diagnostic",
     "build_lifecycle",
     "common_rows",

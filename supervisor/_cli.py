@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
-from supervisor import telemetry
+from supervisor import _batch_cli, telemetry
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import EXAMPLE_KIND, ConfigError, Entry, load_file
 from supervisor._config import MAX_TIMER_MS
@@ -117,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("providers", help="list provider kinds and their capabilities")
     commands.add_parser("reap", help="end what supervising processes that died left running")
     commands.add_parser("doctor", help="check what containment, providers and Python this machine has")
+    _batch_cli.add_parser(commands)
 
     mcp = commands.add_parser("mcp", help="serve MCP on stdio: tools that delegate to supervised subagents")
     mcp.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
@@ -471,6 +472,11 @@ def _doctor() -> int:
     return doctor(print)
 
 
+def _batch(args: argparse.Namespace) -> int:
+    _configure_logging(args.verbose)
+    return _batch_cli.command(args)
+
+
 def _mcp(args: argparse.Namespace) -> int:
     try:
         from supervisor import _mcp
@@ -537,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reap()
         if args.command == "doctor":
             return _doctor()
+        if args.command == "batch" and not command:
+            return _batch(args)
         if args.command == "mcp" and not command:
             return _mcp(args)
         if command and args.command != "run":

@@ -27,6 +27,11 @@ EXPORTS = {
     "settle_job",
     "JobOutcome",
     "JobStatus",
+    # batches
+    "batch",
+    "BatchItem",
+    "BatchRecord",
+    "BatchError",
     # errors
     "SubagentError",
     "ConfigurationError",

@@ -1,0 +1,171 @@
+"""``subagents batch``: a JSONL file of tasks in, one JSON record per finished run out.
+
+Exit status: 0 every item completed; 1 any did not (a failed run, a failed start, a bad
+line); 2 a usage or configuration error found before anything ran; 130 Ctrl-C, 143
+SIGTERM, 129 SIGHUP (running runs are cancelled and torn down, finished records kept,
+runs that did not finish are not written, so ``--resume`` runs them again; a second
+Ctrl-C skips the graces of the local runs' teardown and kills their trees at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+from supervisor import telemetry
+from supervisor._abort import AbortSignal
+from supervisor._batch import BatchEvents, batch, default_registry, to_json
+from supervisor._cli_config import ConfigError, load_file
+from supervisor._registry import Registry
+
+EXIT_OK, EXIT_FAILED = 0, 1
+_SIGNAL_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+def add_parser(commands: Any) -> None:
+    """The ``batch`` subcommand's arguments."""
+    parser = commands.add_parser("batch", help="run every task of a JSONL file, locally or on Ray")
+    parser.add_argument("input", metavar="INPUT.jsonl", type=Path, help='lines of {"id", "task", ...}')
+    parser.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
+    parser.add_argument("--out", metavar="FILE", type=Path, help="where the records go (default: stdout)")
+    parser.add_argument("--concurrency", metavar="N", type=int, help="runs at once (default: CPU count)")
+    parser.add_argument("--resume", action="store_true", help="skip ids already recorded in --out")
+    parser.add_argument("--ray", metavar="ADDRESS", help="run each task as a Ray task (auto or an address)")
+    parser.add_argument("--ray-num-cpus", metavar="X", type=float, default=1.0, help="CPUs per Ray task")
+    parser.add_argument("--retry-lost", action="store_true", help="Ray: rerun a run whose node was lost")
+    parser.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
+    parser.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    if args.config is None:
+        return default_registry(stderr="inherit" if args.verbose else "log")
+    registry = Registry()
+    for entry in load_file(args.config):
+        stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")
+        registry.register(entry.provider(entry.build({"stderr": stderr})))
+    return registry
+
+
+def _recorded_ids(path: Path) -> set[str]:
+    """The ids of the records already in ``path`` (a torn last line is ignored)."""
+    ids: set[str] = set()
+    with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as file:
+        for line in file:
+            with contextlib.suppress(ValueError):
+                document = json.loads(line)
+                if isinstance(document, dict) and isinstance(document.get("id"), str):
+                    ids.add(document["id"])
+    return ids
+
+
+def _line_id(line: str) -> str | None:
+    with contextlib.suppress(ValueError):
+        document = json.loads(line)
+        if isinstance(document, dict):
+            found = document.get("id")
+            return found if isinstance(found, str) else None
+    return None
+
+
+def _open_out(path: Path | None, resume: bool) -> IO[str]:
+    if path is None:
+        return sys.stdout
+    try:
+        if resume and path.exists():
+            out = path.open("a+", encoding="utf-8")
+            out.seek(0, os.SEEK_END)
+            if out.tell() > 0:  # a record torn by a crash must not swallow the next one
+                out.seek(out.tell() - 1)
+                if out.read(1) != "\n":
+                    out.write("\n")
+            return out
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write the output file ({exc.strerror})") from None
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``subagents batch``; a ConfigError raised here means nothing ran (exit 2)."""
+    if args.concurrency is not None and args.concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
+    if not args.ray_num_cpus > 0:
+        raise ConfigError("--ray-num-cpus must be a positive number")
+    if args.resume and args.out is None:
+        raise ConfigError("--resume needs --out (the records to resume from)")
+    if args.ray is not None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("--ray needs the `ray` extra: pip install 'subagent-supervisor[ray]'") from None
+    try:
+        lines = args.input.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"{args.input}: cannot read the input file ({reason})") from None
+    registry = _registry(args)
+    if args.resume:
+        done = _recorded_ids(args.out)
+        lines = ["" if _line_id(line) in done else line for line in lines]
+    out = _open_out(args.out, args.resume)
+    telemetry.configure_from_cli(args.otel)
+    try:
+        with telemetry.span("subagents batch"):  # every run's span nests under this one
+            return anyio.run(_main, args, registry, lines, out, backend="asyncio")
+    finally:
+        telemetry.shutdown()
+        if out is not sys.stdout:
+            out.close()
+
+
+async def _main(args: argparse.Namespace, registry: Registry, lines: list[str], out: IO[str]) -> int:
+    from supervisor._batch_progress import BatchProgress  # rich: only when a batch runs
+
+    progress = BatchProgress(sys.stderr, total=sum(1 for line in lines if line.strip()))
+    abort = AbortSignal()
+    cause: list[signal.Signals] = []
+    all_completed = True
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            with anyio.open_signal_receiver(*_SIGNAL_STATUS) as signals:
+                async for signum in signals:
+                    if not cause:
+                        cause.append(signal.Signals(signum))
+                        abort.abort()
+                    elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces (local runs)
+                        for run in list(events.live):
+                            run.force_kill()
+
+        events = BatchEvents(started=progress.started, cancelled=progress.cancelled_run)
+        tg.start_soon(watch_signals)
+        try:
+            async for outcome in batch(
+                lines,
+                registry=registry,
+                concurrency=args.concurrency,
+                ray=args.ray,
+                ray_num_cpus=args.ray_num_cpus,
+                retry_lost=args.retry_lost,
+                base_dir=args.input.resolve().parent,
+                abort=abort,
+                events=events,
+            ):
+                out.write(to_json(outcome) + "\n")
+                out.flush()
+                progress.finished(outcome)
+                all_completed = all_completed and outcome.completed
+        finally:
+            progress.close()
+            tg.cancel_scope.cancel()
+    if cause:
+        return _SIGNAL_STATUS[cause[0]]
+    return EXIT_OK if all_completed else EXIT_FAILED
