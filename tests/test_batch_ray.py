@@ -24,7 +24,15 @@ import psutil
 import pytest
 
 from tests.conftest import EXEMPT_ROOTS, PYTHON, TESTS
-from tests.test_batch import entry, records, supervised_children, wait_for, write_config, write_input
+from tests.test_batch import (
+    console_spans,
+    entry,
+    records,
+    supervised_children,
+    wait_for,
+    write_config,
+    write_input,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 pytest.importorskip("ray")
@@ -157,6 +165,29 @@ def test_records_come_back_complete_and_the_work_is_spread_over_nodes(
     assert len({found[f"r{i}"]["ray_node"] for i in range(6)}) >= 2
     assert proc.stderr.splitlines()[-1].startswith("6 completed, 2 failed, 0 cancelled in ")
     assert supervised_children() == []
+
+
+def test_with_otel_the_trace_goes_on_in_each_ray_task(cluster: Cluster, tmp_path: Path) -> None:
+    """The driver's batch span is the parent of every run's span on the workers: the child on
+    the worker node sees a ``TRACEPARENT`` of the batch's trace (the worker's own export
+    goes to its node; what the driver exports is read from its console exporter)."""
+    config = write_config(tmp_path / "c.toml", entry("echo", {"ACP_CHILD_ECHO_ENV": "TRACEPARENT"}))
+    source = write_input(tmp_path / "in.jsonl", *({"id": f"t{i}", "task": "x"} for i in range(2)))
+    env = {**cluster.env, "OTEL_TRACES_EXPORTER": "console"}
+    proc = subprocess.run(
+        [*BATCH, str(source), "--config", str(config), "--ray", cluster.address, "--otel"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (batch_span,) = [s for s in console_spans(proc.stderr) if s["name"] == "subagents batch"]
+    trace_id = batch_span["context"]["trace_id"].removeprefix("0x")
+    for record in records(proc.stdout):
+        traceparent = record["output"].removeprefix("TRACEPARENT=").strip()
+        assert traceparent.split("-")[1] == trace_id, record["output"]
 
 
 def test_ctrl_c_cancels_every_task_and_leaves_no_process_on_any_node(
