@@ -23,7 +23,7 @@ from machines import TeardownLadder
 from supervisor.process._containment import Containment, Enclosure, containment_for
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
-from supervisor.process._host import pdeathsig_preexec, this_host
+from supervisor.process._host import pdeathsig_argv, pdeathsig_preexec, this_host
 from supervisor.process._keeper import register_run, unregister_run
 from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
@@ -221,7 +221,7 @@ class ManagedProcess:
                 cwd=spec.cwd,
                 env={**spec.env, HOST_TAG_VARIABLE: str(this_host())},
                 start_new_session=True,
-                preexec_fn=pdeathsig_preexec(),
+                preexec_fn=None if pdeathsig_argv() else pdeathsig_preexec(),
             )
         except (OSError, ValueError) as exc:
             enclosure.release()
@@ -455,9 +455,10 @@ class ManagedProcess:
 def _command(spec: SpawnSpec, enclosure: Enclosure) -> list[str]:
     """The argv actually spawned: the program, wrapped by whatever must run before it.
 
-    The one place where prefixes are composed (today: the containment's entry shim).
+    The one place where prefixes are composed: the containment's entry shim, then the
+    parent-death signal (``setpriv``), then the program.
     """
-    return enclosure.command(spec.argv)
+    return enclosure.command([*pdeathsig_argv(), *spec.argv])
 
 
 def _check_program(spec: SpawnSpec) -> None:
