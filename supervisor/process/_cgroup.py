@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import logging
 import os
 import re
@@ -32,6 +31,7 @@ from signal import Signals
 
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
+from supervisor.process._pinned import signal_if
 from supervisor.process._tree import ASYNCIO_CHILDREN, in_slices, subreaper_enabled
 
 log = logging.getLogger("supervisor")
@@ -240,25 +240,8 @@ class CgroupEnclosure:
         return True
 
     def _signal_member(self, pid: int, sig: Signals) -> None:
-        """Signal ``pid`` only if it is still in the leaf (a pidfd pins it while checked)."""
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError as exc:
-            if exc.errno != errno.EMFILE:
-                return
-            fd = -1
-        try:
-            if not self._holds(pid):
-                return
-            if fd >= 0:
-                signal.pidfd_send_signal(fd, sig)
-            else:
-                os.kill(pid, sig)
-        except OSError:
-            pass
-        finally:
-            if fd >= 0:
-                os.close(fd)
+        """Signal ``pid`` only if it is still in the leaf."""
+        signal_if(pid, sig, lambda: self._holds(pid))
 
     def _holds(self, pid: int) -> bool:
         try:

@@ -43,6 +43,7 @@ import anyio
 import anyio.lowlevel
 
 from supervisor.process._keeper import keeper_pid
+from supervisor.process._pinned import signal_if
 from supervisor.process._proctable import TABLE, Table
 
 log = logging.getLogger("supervisor")
@@ -220,25 +221,8 @@ class TreeEnclosure:
     def _send(self, pid: int, sig: Signals) -> None:
         """Signal ``pid`` if it is still the process attributed (pid *and* start time)."""
         start = self._known.get(pid)
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError as exc:
-            if exc.errno != errno.EMFILE:
-                return
-            fd = -1
-        try:
-            if start is None or _start_time(pid) != start:
-                return
-            if fd >= 0:
-                signal.pidfd_send_signal(fd, sig)
-            else:
-                os.kill(pid, sig)
+        if signal_if(pid, sig, lambda: start is not None and _start_time(pid) == start):
             self._signalled[pid] = sig
-        except OSError:
-            pass
-        finally:
-            if fd >= 0:
-                os.close(fd)
 
     # -- waiting -------------------------------------------------------------------------
 
