@@ -22,8 +22,8 @@ import anyio
 
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
-from supervisor._batch import BatchEvents, batch, default_registry, to_json
-from supervisor._cli_config import ConfigError, load_file
+from supervisor._batch import BatchEvents, batch, to_json
+from supervisor._cli_config import ConfigError, load_registry
 from supervisor._registry import Registry
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -43,16 +43,6 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--retry-lost", action="store_true", help="Ray: rerun a run whose node was lost")
     parser.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     parser.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
-
-
-def _registry(args: argparse.Namespace) -> Registry:
-    if args.config is None:
-        return default_registry(stderr="inherit" if args.verbose else "log")
-    registry = Registry()
-    for entry in load_file(args.config):
-        stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")
-        registry.register(entry.provider(entry.build({"stderr": stderr})))
-    return registry
 
 
 def _recorded_ids(path: Path) -> set[str]:
@@ -111,7 +101,7 @@ def command(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError(f"{args.input}: cannot read the input file ({reason})") from None
-    registry = _registry(args)
+    registry, _names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
     if args.resume:
         done = _recorded_ids(args.out)
         lines = ["" if _line_id(line) in done else line for line in lines]

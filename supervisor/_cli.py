@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
-from supervisor import _batch_cli, telemetry
+from supervisor import _batch_cli, _mcp_cli, telemetry
 from supervisor._abort import AbortSignal
 from supervisor._cli_config import EXAMPLE_KIND, ConfigError, Entry, load_file
 from supervisor._config import MAX_TIMER_MS
@@ -119,18 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("doctor", help="check what containment, providers and Python this machine has")
     _batch_cli.add_parser(commands)
 
-    mcp = commands.add_parser("mcp", help="serve MCP on stdio: tools that delegate to supervised subagents")
-    mcp.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
-    mcp.add_argument(
-        "--root",
-        metavar="DIR",
-        action="append",
-        default=[],
-        help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
-    )
-    mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
-    mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
-    mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+    _mcp_cli.add_parser(commands)
     return parser
 
 
@@ -478,39 +467,8 @@ def _batch(args: argparse.Namespace) -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    try:
-        from supervisor import _mcp
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith("mcp"):
-            raise
-        extra = "pip install 'subagent-supervisor[mcp]'"
-        raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
-
-    if args.max_concurrent < 1:
-        raise ConfigError("--max-concurrent must be at least 1")
-    roots: list[Path] = []
-    for raw in args.root or [os.getcwd()]:
-        try:
-            roots.append(check_directory(Path(os.path.realpath(raw)), "--root"))
-        except CwdError as exc:
-            raise ConfigError(str(exc)) from None
-    entries = load_file(args.config) if args.config is not None else [Entry.example(Path.cwd())]
-    registry = Registry()
-    for entry in entries:
-        stderr = "inherit" if args.verbose else entry.keys.get("stderr", "log")
-        registry.register(entry.provider(entry.build({"stderr": stderr})))
-    settings = _mcp.McpSettings(
-        registry=registry,
-        providers=tuple(e.name for e in entries),
-        roots=tuple(roots),
-        max_concurrent=args.max_concurrent,
-    )
     _configure_logging(args.verbose)
-    telemetry.configure_from_cli(args.otel)
-    try:
-        return anyio.run(_mcp.serve, settings, backend="asyncio")
-    finally:
-        telemetry.shutdown()
+    return _mcp_cli.command(args)
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
 from supervisor._kinds import installed_kinds, kind
-from supervisor._registry import Provider
+from supervisor._registry import Provider, Registry
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -137,3 +137,15 @@ def load_file(path: Path) -> list[Entry]:
         entry.build()  # every entry is checked at load, not only the one picked
         entries.append(entry)
     return entries
+
+
+def load_registry(config: Path | None, *, verbose: bool, base_dir: Path) -> tuple[Registry, list[str]]:
+    """Every entry of ``config`` (else the example agent) registered by name, and the names in
+    order.  The children's stderr goes to the host log unless ``verbose``: a command that
+    serves many runs (``mcp``, ``batch``) never lets a child write on its terminal."""
+    entries = load_file(config) if config is not None else [Entry.example(base_dir)]
+    registry = Registry()
+    for entry in entries:
+        stderr = "inherit" if verbose else entry.keys.get("stderr", "log")
+        registry.register(entry.provider(entry.build({"stderr": stderr})))
+    return registry, [entry.name for entry in entries]

@@ -1,0 +1,58 @@
+"""``subagents mcp``: its arguments and the command (the server itself is ``_mcp``, which
+needs the ``mcp`` extra and is imported only here, when the command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from supervisor import telemetry
+from supervisor._cli_config import ConfigError, load_registry
+from supervisor.process import CwdError, check_directory
+
+
+def add_parser(commands: Any) -> None:
+    mcp = commands.add_parser("mcp", help="serve MCP on stdio: tools that delegate to supervised subagents")
+    mcp.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
+    mcp.add_argument(
+        "--root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
+    )
+    mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
+    mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
+    mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+
+
+def command(args: argparse.Namespace) -> int:
+    """Serve until the client goes away; a ConfigError raised here means nothing ran (exit 2)."""
+    try:
+        from supervisor import _mcp
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        extra = "pip install 'subagent-supervisor[mcp]'"
+        raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
+    if args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent must be at least 1")
+    roots: list[Path] = []
+    for raw in args.root or [os.getcwd()]:
+        try:
+            roots.append(check_directory(Path(os.path.realpath(raw)), "--root"))
+        except CwdError as exc:
+            raise ConfigError(str(exc)) from None
+    registry, names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
+    settings = _mcp.McpSettings(
+        registry=registry, providers=tuple(names), roots=tuple(roots), max_concurrent=args.max_concurrent
+    )
+    telemetry.configure_from_cli(args.otel)
+    try:
+        return anyio.run(_mcp.serve, settings, backend="asyncio")
+    finally:
+        telemetry.shutdown()
