@@ -22,10 +22,13 @@ import anyio
 
 from benchmarks._stats import summary
 from supervisor import Registry, StderrMode, SubagentRequest
+from supervisor.process import ContainmentMode
 from supervisor.providers.acp import EXAMPLE_AGENT, Config, Provider, example_agent_config
 
 ARGV = [sys.executable, "-I", str(EXAMPLE_AGENT)]
 ENV: dict[str, str] | None = None
+# BENCH_CONTAINMENT=process-tree measures the fallback (default: auto, i.e. cgroup where available).
+CONTAINMENT = ContainmentMode(os.environ.get("BENCH_CONTAINMENT", "auto"))
 
 
 class _Quiet:
@@ -99,11 +102,16 @@ async def main() -> None:
         launch = peers.codex_acp_launch(server)
         ARGV, ENV, cwd = launch.argv, launch.env, launch.cwd
         config = Config(
-            command=ARGV[0], args=ARGV[1:], env=dict(ENV), dispose_eof_grace_ms=50, stderr=StderrMode.DISCARD
+            command=ARGV[0],
+            args=ARGV[1:],
+            env=dict(ENV),
+            dispose_eof_grace_ms=50,
+            stderr=StderrMode.DISCARD,
+            containment=CONTAINMENT,
         )
         registry.register(Provider(config))
     else:
-        registry.register(Provider(example_agent_config(dispose_eof_grace_ms=2000)))
+        registry.register(Provider(example_agent_config(dispose_eof_grace_ms=2000, containment=CONTAINMENT)))
     await provider(registry, cwd)  # warm both paths (imports, page cache)
     await raw_sdk(cwd)
     ours, theirs = [], []
