@@ -18,7 +18,7 @@ import time
 def one_run() -> dict[str, float]:
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "run", "--json", "say hello"],
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "say hello"],
         capture_output=True,
         text=True,
         check=True,
@@ -40,7 +40,7 @@ def import_time() -> float:
     samples = []
     for _ in range(5):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import supervisor._cli"], check=True)
+        subprocess.run([sys.executable, "-c", "import supervisor.cli._main"], check=True)
         samples.append(time.perf_counter() - started)
     bare = []
     for _ in range(5):
@@ -54,7 +54,7 @@ def main() -> None:
     runs = [one_run() for _ in range(int(os.environ.get("BENCH_RUNS", "10")))]
     for key in runs[0]:
         print(f"{key:<40} median {statistics.median(r[key] for r in runs) * 1000:8.1f} ms")
-    print(f"{'of which: import supervisor._cli':<40} median {import_time() * 1000:8.1f} ms")
+    print(f"{'of which: import supervisor.cli._main':<40} median {import_time() * 1000:8.1f} ms")
 
 
 if __name__ == "__main__":

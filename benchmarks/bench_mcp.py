@@ -60,7 +60,8 @@ async def main() -> None:
     registry = Registry()
     registry.register(Provider(example_agent_config(stderr=StderrMode.LOG)))
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "supervisor._cli", "mcp", "--max-concurrent", str(max(levels))]
+        command=sys.executable,
+        args=["-m", "supervisor.cli", "mcp", "--max-concurrent", str(max(levels))],
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

@@ -28,10 +28,6 @@ from machines import Vocabulary as Vocabulary
 from machines import build_lifecycle as build_lifecycle
 from machines import common_rows as common_rows
 from supervisor._abort import AbortSignal as AbortSignal
-from supervisor._batch import BatchError as BatchError
-from supervisor._batch import BatchItem as BatchItem
-from supervisor._batch import BatchRecord as BatchRecord
-from supervisor._batch import batch as batch
 from supervisor._config import CommandConfig as CommandConfig
 from supervisor._config import ProviderConfig as ProviderConfig
 from supervisor._consumers import JobOutcome as JobOutcome
@@ -67,6 +63,10 @@ from supervisor._seam import Capabilities as Capabilities
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
+from supervisor.batching._local import BatchError as BatchError
+from supervisor.batching._local import BatchItem as BatchItem
+from supervisor.batching._local import BatchRecord as BatchRecord
+from supervisor.batching._local import batch as batch
 from supervisor.process import ExitFacts as ExitFacts
 from supervisor.process import StderrMode as StderrMode
 

@@ -34,7 +34,6 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from machines import SETTLED, AuditTrail, CommonEvent, Lifecycle, TeardownLadder, TransitionSink, Vocabulary
-from supervisor import _telemetry
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
@@ -53,6 +52,7 @@ from supervisor.process import (
     containment_for,
     resolve_run_cwd,
 )
+from supervisor.telemetry import _switch as _telemetry
 
 log = logging.getLogger("supervisor")
 

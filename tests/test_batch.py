@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from supervisor import AbortSignal, BatchError, BatchRecord, StderrMode, batch
-from supervisor._batch import BatchEvents
-from supervisor._batch_progress import BatchProgress
+from supervisor.batching._local import BatchEvents
+from supervisor.cli._batch_progress import BatchProgress
 from tests.conftest import CHILDREN, PYTHON, SESSION_TAG, SESSION_VARIABLE
 
 ACP_CHILD = str(CHILDREN / "acp_child.py")
@@ -64,7 +64,7 @@ def write_input(path: Path, *items: dict[str, Any] | str) -> Path:
 
 def subagents_batch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "batch", *args],
+        [sys.executable, "-m", "supervisor.cli", "batch", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -246,7 +246,7 @@ def test_interrupt_keeps_finished_records_and_resume_runs_the_rest(
     argv = [
         sys.executable,
         "-m",
-        "supervisor._cli",
+        "supervisor.cli",
         "batch",
         str(source),
         "--out",
@@ -295,7 +295,7 @@ def test_a_second_ctrl_c_skips_the_graces_and_still_reaps_every_tree(tmp_path: P
     }
     config = write_config(tmp_path / "c.toml", entry("stubborn", stubborn, grace_ms=600_000))
     source = write_input(tmp_path / "in.jsonl", *({"id": f"s{i}", "task": "x"} for i in range(2)))
-    argv = [sys.executable, "-m", "supervisor._cli", "batch", str(source), "--config", str(config)]
+    argv = [sys.executable, "-m", "supervisor.cli", "batch", str(source), "--config", str(config)]
     with subprocess.Popen(
         argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as cli:
@@ -414,7 +414,7 @@ def console_spans(stderr: str) -> list[dict[str, Any]]:
 def test_with_otel_the_batch_is_one_span_and_each_run_a_child_of_it(tmp_path: Path) -> None:
     source = write_input(tmp_path / "in.jsonl", {"id": "a", "task": "say hello"}, {"id": "b", "task": "hi"})
     proc = subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "batch", str(source), "--otel"],
+        [sys.executable, "-m", "supervisor.cli", "batch", str(source), "--otel"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

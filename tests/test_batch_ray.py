@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 pytest.importorskip("ray")
 
 STARTUP_BOUND_S = 180.0
-BATCH = [sys.executable, "-m", "supervisor._cli", "batch"]
+BATCH = [sys.executable, "-m", "supervisor.cli", "batch"]
 
 
 @dataclass
@@ -128,7 +128,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 def ray_batch(cluster: Cluster, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "batch", *args, "--ray", cluster.address],
+        [sys.executable, "-m", "supervisor.cli", "batch", *args, "--ray", cluster.address],
         cwd=cwd,
         capture_output=True,
         text=True,

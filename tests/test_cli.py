@@ -21,7 +21,7 @@ def subagents(
     *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", *args],
+        [sys.executable, "-m", "supervisor.cli", *args],
         cwd=cwd,
         input=stdin,
         capture_output=True,
@@ -294,7 +294,7 @@ def test_timeout_is_a_local_cancellation(tmp_path: Path, hang_at: str, expected:
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_cancel_locally_and_leave_nothing(tmp_path: Path, sig: signal.Signals, status: int) -> None:
     cli = subprocess.Popen(
-        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "t", "--", *ACP_CHILD],
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--trace", "t", "--", *ACP_CHILD],
         cwd=tmp_path,
         env={
             **os.environ,
@@ -325,7 +325,17 @@ def test_second_ctrl_c_skips_the_graces(tmp_path: Path) -> None:
         "dispose_eof_grace_ms = 600000\ndispose_grace_ms = 600000\n",
     )
     cli = subprocess.Popen(
-        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "--config", str(config), "t"],
+        [
+            sys.executable,
+            "-m",
+            "supervisor.cli",
+            "run",
+            "--json",
+            "--trace",
+            "--config",
+            str(config),
+            "t",
+        ],
         cwd=tmp_path,
         env={
             **os.environ,

@@ -15,7 +15,7 @@ import pytest
 
 import machines
 import supervisor
-from supervisor import _diagrams
+from supervisor.cli import _diagrams
 from tests.conftest import CHILDREN, PYTHON
 from tests.test_cli import ACP_CHILD, as_json, subagents
 
@@ -252,7 +252,7 @@ def test_timeout_line_keeps_the_seconds_given(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_says_what_happened(tmp_path: Path, sig: signal.Signals, status: int) -> None:
     cli = subprocess.Popen(
-        [sys.executable, "-m", "supervisor._cli", "run", "t", "--", *ACP_CHILD],
+        [sys.executable, "-m", "supervisor.cli", "run", "t", "--", *ACP_CHILD],
         cwd=tmp_path,
         env={**os.environ, "ACP_CHILD_HANG": "prompt"},
         stdout=subprocess.PIPE,

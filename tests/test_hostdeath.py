@@ -169,7 +169,17 @@ def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> Non
         encoding="utf-8",
     )
     cli = subprocess.Popen(
-        [sys.executable, "-m", "supervisor._cli", "run", "--json", "--trace", "--config", str(config), "t"],
+        [
+            sys.executable,
+            "-m",
+            "supervisor.cli",
+            "run",
+            "--json",
+            "--trace",
+            "--config",
+            str(config),
+            "t",
+        ],
         cwd=tmp_path,
         env={
             **os.environ,
@@ -230,7 +240,10 @@ def abandoned_run(
 def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path, mode: str) -> None:
     with abandoned_run(tmp_path, mode) as (facts, left):
         reap = subprocess.run(
-            [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "supervisor.cli", "reap"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert reap.returncode == 0
         lines = reap.stdout.splitlines()
@@ -246,7 +259,7 @@ def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path, mode: str) ->
 def test_the_next_host_sweeps_what_a_host_and_its_keeper_left(tmp_path: Path) -> None:
     with abandoned_run(tmp_path) as (_facts, left):
         cli = subprocess.run(
-            [sys.executable, "-m", "supervisor._cli", "run", "hi"],
+            [sys.executable, "-m", "supervisor.cli", "run", "hi"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -258,7 +271,7 @@ def test_the_next_host_sweeps_what_a_host_and_its_keeper_left(tmp_path: Path) ->
 
 def test_reap_with_nothing_left_says_so(tmp_path: Path) -> None:
     reap = subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "supervisor.cli", "reap"], capture_output=True, text=True, timeout=120
     )
     assert reap.returncode == 0
     assert reap.stdout in ("nothing to reap\n",) or all(
@@ -285,7 +298,7 @@ def test_host_identity_names_one_process(tmp_path: Path) -> None:
 
 def test_doctor_reports_each_fact_and_succeeds(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", "doctor"],
+        [sys.executable, "-m", "supervisor.cli", "doctor"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -402,7 +415,10 @@ def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
         fds = pidfds(members)
         assert not host_is_alive(identity)
         reap = subprocess.run(
-            [sys.executable, "-m", "supervisor._cli", "reap"], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "supervisor.cli", "reap"],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert reap.returncode == 0
         assert f"reaped cgroup {group} ({len(members)} processes)" in reap.stdout.splitlines()

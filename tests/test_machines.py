@@ -14,7 +14,7 @@ from statemachine.exceptions import TransitionNotAllowed
 
 import machines
 from machines import LEAKED, QUIESCENT, SETTLED, AuditTrail, Lifecycle, TeardownLadder, all_machines
-from supervisor import _diagrams
+from supervisor.cli import _diagrams
 
 LIFECYCLES = [cls for classes in all_machines().values() for cls in classes if issubclass(cls, Lifecycle)]
 FINALS = {QUIESCENT, LEAKED}

@@ -32,7 +32,7 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 def subagents(plugin_path: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, "-m", "supervisor._cli", *args],
+        [sys.executable, "-m", "supervisor.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

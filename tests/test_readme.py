@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from supervisor import _diagrams
+from supervisor.cli import _diagrams
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

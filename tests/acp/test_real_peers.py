@@ -139,7 +139,7 @@ def test_cli_json_against_codex_acp(server: MockModelServer, tmp_path: Path) -> 
             [
                 sys.executable,
                 "-m",
-                "supervisor._cli",
+                "supervisor.cli",
                 "run",
                 "--json",
                 *env_flags,

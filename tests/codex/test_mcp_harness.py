@@ -37,7 +37,7 @@ async def test_codex_calls_run_subagent_and_gets_the_subagents_answer(
         overrides = [
             f"mcp_servers.subagents.command={json.dumps(PYTHON)}",
             "mcp_servers.subagents.args="
-            + json.dumps(["-m", "supervisor._cli", "mcp", "--root", str(launch.cwd)]),
+            + json.dumps(["-m", "supervisor.cli", "mcp", "--root", str(launch.cwd)]),
             # Required: Codex then waits for the server before the turn instead of giving an
             # optional server a short grace (a loaded machine starts Python slower than that).
             "mcp_servers.subagents.required=true",

@@ -26,7 +26,7 @@ from tests.conftest import CHILDREN, PYTHON, tagged
 pytestmark = pytest.mark.anyio
 
 EXAMPLE_ANSWER_START = "Hello! I'm the subagent-supervisor example agent"
-SERVER = [PYTHON, "-m", "supervisor._cli", "mcp"]
+SERVER = [PYTHON, "-m", "supervisor.cli", "mcp"]
 
 
 def write_config(path: Path, **providers: dict[str, str]) -> Path:

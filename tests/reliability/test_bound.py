@@ -38,8 +38,6 @@ from machines.claude_code import CLAUDE_CODE_VOCABULARY
 from machines.codex import CODEX_PERMISSION_REQUESTS, CODEX_VOCABULARY
 from machines.dsh_sdk import DSH_SDK_VOCABULARY
 from supervisor import StartFailed, StopReason, SubagentRequest, SubagentResult, TeardownFailed
-from supervisor._cli import _Interruption, _Plan, _report
-from supervisor._cli_config import Entry
 from supervisor._diagnostic import (
     MAX_DIAGNOSTIC_BYTES,
     TRUNCATION_SUFFIX,
@@ -49,6 +47,8 @@ from supervisor._diagnostic import (
 )
 from supervisor._errors import StartAborted
 from supervisor._run import ProviderRun, RunContext, StepFailed
+from supervisor.cli._config_file import Entry
+from supervisor.cli._main import _Interruption, _Plan, _report
 from supervisor.process import ManagedProcess
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON
@@ -280,7 +280,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_real_cli_failure_prints_a_bounded_closed_diagnostic(tmp_path: Path) -> None:
     """The CLI end to end on a failing run: the diagnostic in its JSON is a bounded fixed line."""
     proc = subprocess.run(
-        [PYTHON, "-m", "supervisor._cli", "run", "--json", "--env", "SUBAGENT_EXAMPLE_EXIT=7", "hi"],
+        [PYTHON, "-m", "supervisor.cli", "run", "--json", "--env", "SUBAGENT_EXAMPLE_EXIT=7", "hi"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

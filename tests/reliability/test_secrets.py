@@ -411,7 +411,7 @@ def test_cli_json_carries_no_secret(
         knobs.update(STDERR_TEXT=secret, EXIT_AT="prompt")
     args = [arg for name, value in knobs.items() for arg in ("--env", f"ACP_CHILD_{name}={value}")]
     proc = subprocess.run(
-        [PYTHON, "-m", "supervisor._cli", "run", "--json", *args, f"task {secret}", "--", *ACP_ARGV],
+        [PYTHON, "-m", "supervisor.cli", "run", "--json", *args, f"task {secret}", "--", *ACP_ARGV],
         cwd=workdir,
         capture_output=True,
         text=True,

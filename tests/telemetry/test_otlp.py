@@ -95,7 +95,7 @@ def receiver() -> Iterator[Receiver]:
 
 def subagents() -> list[str]:
     script = Path(PYTHON).parent / "subagents"
-    return [str(script)] if script.exists() else [PYTHON, "-m", "supervisor._cli"]
+    return [str(script)] if script.exists() else [PYTHON, "-m", "supervisor.cli"]
 
 
 @pytest.mark.parametrize("switch", ["--otel", "environment"])

@@ -253,7 +253,7 @@ LOADED = "sorted(m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 
 
 CLI_PROBE = f"""
 import json, sys
-from supervisor._cli import main
+from supervisor.cli._main import main
 status = main(sys.argv[1:])
 print(json.dumps({{"status": status, "loaded": {LOADED}}}), file=sys.stderr)
 """

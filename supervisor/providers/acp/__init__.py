@@ -16,7 +16,7 @@ from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._run import AcpRun
 
-EXAMPLE_AGENT = Path(__file__).resolve().parent.parent.parent / "_example_agent.py"
+EXAMPLE_AGENT = Path(__file__).resolve().parent / "_example_agent.py"
 
 
 def example_agent_config(**keys: object) -> Config:

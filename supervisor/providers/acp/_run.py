@@ -14,12 +14,12 @@ from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor._telemetry import import_acp_untraced
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
 )
 from supervisor.providers.acp._config import Config
+from supervisor.telemetry._switch import import_acp_untraced
 from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from supervisor import telemetry
-from supervisor._cli_config import ConfigError, load_registry
+from supervisor.cli._config_file import ConfigError, load_registry
 from supervisor.process import CwdError, check_directory
 
 
@@ -33,7 +33,7 @@ def add_parser(commands: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     """Serve until the client goes away; a ConfigError raised here means nothing ran (exit 2)."""
     try:
-        from supervisor import _mcp
+        from supervisor.mcp import _server as _mcp
     except ModuleNotFoundError as exc:
         if exc.name is None or not exc.name.startswith("mcp"):
             raise

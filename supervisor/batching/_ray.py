@@ -28,9 +28,9 @@ from typing import Any
 
 import anyio
 
-from supervisor import _telemetry
 from supervisor._abort import AbortSignal
-from supervisor._batch import BatchError, BatchEvents, BatchJob, BatchRecord, Outcome, run_job
+from supervisor.batching._local import BatchError, BatchEvents, BatchJob, BatchRecord, Outcome, run_job
+from supervisor.telemetry import _switch as _telemetry
 
 log = logging.getLogger("supervisor")
 WORKER_LOST = "worker lost"

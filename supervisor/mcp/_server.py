@@ -27,9 +27,9 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from supervisor._errors import SubagentError
-from supervisor._mcp_desk import Desk, DeskRun, Settled, inside_roots
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
+from supervisor.mcp._desk import Desk, DeskRun, Settled, inside_roots
 
 log = logging.getLogger("supervisor")
 

@@ -13,12 +13,12 @@ Off unless turned on; while off nothing here imports OpenTelemetry.
 
 from __future__ import annotations
 
-from supervisor._telemetry import attached as attached
-from supervisor._telemetry import configure_from_cli as configure_from_cli
-from supervisor._telemetry import enabled as enabled
-from supervisor._telemetry import inject as inject
-from supervisor._telemetry import shutdown as shutdown
-from supervisor._telemetry import span as span
-from supervisor._telemetry import use as use
+from supervisor.telemetry._switch import attached as attached
+from supervisor.telemetry._switch import configure_from_cli as configure_from_cli
+from supervisor.telemetry._switch import enabled as enabled
+from supervisor.telemetry._switch import inject as inject
+from supervisor.telemetry._switch import shutdown as shutdown
+from supervisor.telemetry._switch import span as span
+from supervisor.telemetry._switch import use as use
 
 __all__ = ("attached", "configure_from_cli", "enabled", "inject", "shutdown", "span", "use")

@@ -26,9 +26,8 @@ from typing import Any, TextIO
 import anyio
 
 from machines import Transition
-from supervisor import _batch_cli, _mcp_cli, telemetry
+from supervisor import telemetry
 from supervisor._abort import AbortSignal
-from supervisor._cli_config import EXAMPLE_KIND, ConfigError, Entry, load_file
 from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
@@ -36,6 +35,9 @@ from supervisor._handle import Run
 from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor.cli import _batch as _batch_cli
+from supervisor.cli import _mcp as _mcp_cli
+from supervisor.cli._config_file import EXAMPLE_KIND, ConfigError, Entry, load_file
 from supervisor.process import CwdError, SpawnFailed, check_directory
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -391,7 +393,7 @@ def _spawn_failure(error: BaseException | None) -> str | None:
 
 
 def _diagrams(args: argparse.Namespace) -> int:
-    from supervisor import _diagrams
+    from supervisor.cli import _diagrams
 
     if args.svg is not None:  # checked first: without graphviz nothing at all is written
         missing = _diagrams.svg_missing()
@@ -456,7 +458,7 @@ def _reap() -> int:
 
 
 def _doctor() -> int:
-    from supervisor._doctor import doctor
+    from supervisor.cli._doctor import doctor
 
     return doctor(print)
 
@@ -523,7 +525,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _usage(message: str) -> int:
     sys.stderr.write(f"{PROG}: {message}\n")
     return EXIT_USAGE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

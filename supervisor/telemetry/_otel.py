@@ -25,7 +25,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from machines import Transition, TransitionSink
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor._telemetry import transition_attributes
+from supervisor.telemetry._switch import transition_attributes
 
 if TYPE_CHECKING:
     from supervisor._run import ProviderRun

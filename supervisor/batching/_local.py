@@ -386,7 +386,7 @@ async def batch(
     source = _Source(jobs_from(items, resolver), abort, skip=frozenset(skip))
     events = events if events is not None else BatchEvents()
     if ray is not None:
-        from supervisor._batch_ray import ray_outcomes
+        from supervisor.batching._ray import ray_outcomes
 
         remote = ray_outcomes(
             source.next, ray, num_cpus=ray_num_cpus, retry_lost=retry_lost, abort=abort, events=events

@@ -22,9 +22,9 @@ import anyio
 
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
-from supervisor._batch import BatchEvents, batch, to_json
-from supervisor._cli_config import ConfigError, load_registry
 from supervisor._registry import Registry
+from supervisor.batching._local import BatchEvents, batch, to_json
+from supervisor.cli._config_file import ConfigError, load_registry
 
 EXIT_OK, EXIT_FAILED = 0, 1
 _SIGNAL_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -117,7 +117,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace, registry: Registry, lines: list[str], out: IO[str]) -> int:
-    from supervisor._batch_progress import BatchProgress  # rich: only when a batch runs
+    from supervisor.cli._batch_progress import BatchProgress  # rich: only when a batch runs
 
     progress = BatchProgress(sys.stderr, total=sum(1 for line in lines if line.strip()))
     abort = AbortSignal()

@@ -110,7 +110,7 @@ def for_run() -> RunTelemetry:
     """The telemetry of a run created now: a span recorder, or :data:`NOOP`."""
     if _state.tracer is None:
         return NOOP
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     return _otel.RunSpan(_state.tracer)
 
@@ -124,7 +124,7 @@ def use(tracer_provider: Any) -> None:
     if tracer_provider is None:
         _state.tracer = None
         return
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     _state.tracer = _otel.tracer_from(tracer_provider)
 
@@ -157,7 +157,7 @@ def configure_from_cli(enabled: bool, *, environ: Mapping[str, str] | None = Non
     if not (enabled or wanted_by_environment(env)):
         return False
     try:
-        from supervisor import _otel
+        from supervisor.telemetry import _otel
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("opentelemetry"):
             raise
@@ -181,7 +181,7 @@ def shutdown() -> None:
     if provider is None:
         return
     _state.tracer = None
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     _otel.detach(_state.attached)
     _state.attached = None
@@ -198,7 +198,7 @@ def span(name: str) -> Iterator[None]:
     if _state.tracer is None:
         yield
         return
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     with _otel.parent_span(_state.tracer, name):
         yield
@@ -212,7 +212,7 @@ def inject() -> dict[str, str]:
     """
     if _state.tracer is None:
         return {}
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     return _otel.inject()
 
@@ -223,7 +223,7 @@ def attached(carrier: Mapping[str, str]) -> Iterator[None]:
     if _state.tracer is None or not carrier:
         yield
         return
-    from supervisor import _otel
+    from supervisor.telemetry import _otel
 
     token = _otel.attach_carrier(carrier)
     try:
