@@ -4,11 +4,13 @@ they all share.
 A provider subclasses :class:`ProviderRun` (generic in its config model), sets the
 class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 
-* ``_start()``   spawn the child and finish the protocol handshake (stages before
-  publication); raise :class:`StepFailed` with safe facts on failure;
-* ``_drive()``   run the task after publication and return the result;
-* ``_remote_cancel()`` the protocol's best-effort cancel;
-* ``_output()``  the partial output collected so far.
+* ``handshake()``       spawn the child and finish the protocol handshake (stages
+  before publication); raise :class:`StepFailed` with safe facts on failure;
+* ``drive()``           run the task after publication and return the result;
+* ``partial_output()``  the partial output collected so far;
+* ``remote_cancel()``   the protocol's best-effort cancel (optional);
+* ``before_ladder()`` / ``after_ladder()`` protocol shutdown before the process ladder,
+  and releasing protocol resources after it (optional).
 
 Everything before publication runs under the config's ``start_timeout_ms``; a start
 that overruns it fails in its current stage as the vocabulary's ``start_timeout_category``.
@@ -186,7 +188,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if self._result is not None:
             return
         self._cancelled_locally = True
-        self._settle(SubagentResult(output=self._output(), stop_reason=StopReason.ABORTED))
+        self._settle(SubagentResult(output=self.partial_output(), stop_reason=StopReason.ABORTED))
         if self._published:  # before publication, the start's own rollback records the end
             self.machine.send(CommonEvent.CANCELLED)
         self._drive_scope.cancel()
@@ -217,27 +219,27 @@ class ProviderRun(ABC, Generic[ConfigT]):
     # -- provider hooks ---------------------------------------------------------------
 
     @abstractmethod
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         """Spawn and handshake.  Raise :class:`StepFailed` with safe facts on failure."""
 
     @abstractmethod
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         """Run the task after publication and return its result."""
 
     @abstractmethod
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         """The (partial) output collected so far."""
 
-    async def _remote_cancel(self) -> None:
+    async def remote_cancel(self) -> None:
         """The protocol's best-effort cancel; failures are only logged."""
 
-    async def _before_ladder(self) -> None:
+    async def before_ladder(self) -> None:
         """Protocol-level shutdown before the process ladder (bounded by the provider)."""
 
-    async def _after_ladder(self) -> None:
+    async def after_ladder(self) -> None:
         """Release protocol resources once the tree is gone."""
 
-    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
+    def teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
         """Safe facts for a failed teardown: ``<teardown stage>/unknown``, with the exit
         facts when the vocabulary puts them on teardown lines; providers may refine it."""
         exit_facts = report.exit if report is not None and self.vocabulary.teardown_exit_facts else None
@@ -362,7 +364,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 remove = abort.add_callback(scope.cancel) if abort is not None else (lambda: None)
                 try:
                     with anyio.move_on_after(self.config.start_timeout) as deadline:
-                        await self._start()
+                        await self.handshake()
                     if deadline.cancelled_caught:
                         log.warning("run %s: the start overran start_timeout_ms", self.id)
                         failure = StepFailed(self.failure(self.vocabulary.start_timeout_category))
@@ -437,12 +439,12 @@ class ProviderRun(ABC, Generic[ConfigT]):
         result: SubagentResult | None = None
         with self._drive_scope:
             try:
-                result = await self._drive()
+                result = await self.drive()
             except Exception as exc:
                 log.warning("run %s: failed in stage %s", self.id, self.stage)
                 raw_failure("run %s: the raw failure", self.id, exc=exc)
                 result = SubagentResult(
-                    output=self._output(),
+                    output=self.partial_output(),
                     stop_reason=StopReason.ERROR,
                     diagnostic=self.failure("unknown").line(),
                 )
@@ -455,7 +457,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
     async def _best_effort_remote_cancel(self, done: anyio.Event) -> None:
         try:
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
-                await self._remote_cancel()
+                await self.remote_cancel()
         except Exception as exc:
             raw_failure("run %s: remote cancel failed", self.id, exc=exc)
         finally:
@@ -472,7 +474,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
                 await self._remote_cancel_done.wait()
         try:
-            await self._before_ladder()
+            await self.before_ladder()
         except Exception as exc:  # a polite shutdown is best effort; the ladder still runs
             log.warning("run %s: protocol shutdown failed", self.id)
             raw_failure("run %s: the raw shutdown failure", self.id, exc=exc)
@@ -483,7 +485,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 term_grace=self.config.term_grace,
             )
         try:
-            await self._after_ladder()
+            await self.after_ladder()
         except Exception as exc:
             log.warning("run %s: releasing protocol resources failed", self.id)
             raw_failure("run %s: the raw release failure", self.id, exc=exc)
@@ -494,7 +496,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         assert report is not None
         log.error("run %s: tree not gone after SIGKILL; survivors %s", self.id, report.survivors)
         self.machine.send(CommonEvent.TREE_SURVIVED)
-        line = self._teardown_facts(report).line()
+        line = self.teardown_facts(report).line()
         return TeardownFailed(bound_diagnostic(line) or line)
 
     def force_kill(self) -> None:

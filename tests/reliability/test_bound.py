@@ -170,7 +170,7 @@ class Oversized(ProviderRun[Config]):
         self.text = text
         self.fail_start = fail_start
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         self.process = await ManagedProcess.spawn(
             self.spawn_spec(["cat"], self.resolve_cwd()), self.task_group
         )
@@ -179,11 +179,11 @@ class Oversized(ProviderRun[Config]):
         self.fact(AcpEvent.INITIALIZE_ANSWERED)
         self.fact(AcpEvent.SESSION_CREATED)
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         self.fact(AcpEvent.STOP_REASON_RECEIVED)
         return SubagentResult(output="partial", stop_reason=StopReason.ERROR, diagnostic=self.text)
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return "partial"
 
 

@@ -76,7 +76,7 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
         self._partial = ""
         self._reader: LineReader | None = None
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         config = self.config
         spec = self.spawn_spec(config.argv, self.resolve_cwd())
         process = await self.spawn_child(spec, failed_as="process-start", fact=ScriptedEvent.SPAWN_FAILED)
@@ -93,7 +93,7 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
             return self.failure(fallback)
         return self.failure("process-exit", exit_code=facts.exit_code, signal=facts.signal)
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         assert self.process is not None
         assert self._reader is not None
         self.process.stdin.write(self.request.task.encode() + b"\n")
@@ -115,7 +115,7 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
                 self.fact(ScriptedEvent.ANSWER_RECEIVED)
                 return SubagentResult(output=text.removeprefix("answer: "), stop_reason=StopReason.COMPLETED)
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return self._partial
 
 

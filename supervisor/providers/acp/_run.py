@@ -57,7 +57,7 @@ class AcpRun(ProviderRun[Config]):
 
     # -- start --------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         config = self.config
         cwd = self.resolve_cwd()
         spec = self.spawn_spec([config.command, *config.args], cwd)
@@ -135,7 +135,7 @@ class AcpRun(ProviderRun[Config]):
 
     # -- prompt -------------------------------------------------------------------------
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         assert self._conn is not None
         assert self._session_id is not None
         acp = await _import_acp()
@@ -168,13 +168,13 @@ class AcpRun(ProviderRun[Config]):
         self.fact(AcpEvent.STOP_REASON_RECEIVED)
         mapped, category = _STOP_REASONS.get(stop_reason, (StopReason.ERROR, "unknown"))
         if mapped is StopReason.COMPLETED:
-            return SubagentResult(output=self._output(), stop_reason=mapped)
+            return SubagentResult(output=self.partial_output(), stop_reason=mapped)
         if category is None:
-            return SubagentResult(output=self._output(), stop_reason=mapped, diagnostic=permission)
+            return SubagentResult(output=self.partial_output(), stop_reason=mapped, diagnostic=permission)
         reason = "max_turn_requests" if category == "remote-limit" else "unknown"
         facts = self.failure(category, stage="prompt", stop_reason=reason)
         return SubagentResult(
-            output=self._output(), stop_reason=mapped, diagnostic=self._line(facts, permission)
+            output=self.partial_output(), stop_reason=mapped, diagnostic=self._line(facts, permission)
         )
 
     async def _prompt_failure(self) -> SubagentResult:
@@ -193,7 +193,9 @@ class AcpRun(ProviderRun[Config]):
         return self._error(self._line(line, permission))
 
     def _error(self, diagnostic: str | None) -> SubagentResult:
-        return SubagentResult(output=self._output(), stop_reason=StopReason.ERROR, diagnostic=diagnostic)
+        return SubagentResult(
+            output=self.partial_output(), stop_reason=StopReason.ERROR, diagnostic=diagnostic
+        )
 
     @staticmethod
     def _line(facts: FailureFacts, permission: str | None) -> str | None:
@@ -204,21 +206,21 @@ class AcpRun(ProviderRun[Config]):
             return None
         return self._client.permission.line()
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return "" if self._client is None else self._client.output.text
 
     # -- cancel and teardown ------------------------------------------------------------
 
-    async def _remote_cancel(self) -> None:
+    async def remote_cancel(self) -> None:
         if self._conn is not None and self._session_id is not None:
             await self._conn.cancel(session_id=self._session_id)
 
-    async def _after_ladder(self) -> None:
+    async def after_ladder(self) -> None:
         if self._conn is not None:
             with anyio.move_on_after(CLOSE_TIMEOUT):
                 await self._conn.close()
 
-    def _teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
+    def teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
         exit_facts = report.exit if report is not None else None
         if exit_facts is None:
             return self.failure("unknown", stage="teardown")

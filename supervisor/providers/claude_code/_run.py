@@ -79,7 +79,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     # -- start ----------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         config = self.config
         cwd = self.resolve_cwd(category="unknown")
         env = cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version)
@@ -131,7 +131,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     # -- run ------------------------------------------------------------------------------
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         try:
             with _sdk_logging.routed():
                 outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
@@ -212,12 +212,12 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     def _failed(self, facts: FailureFacts) -> SubagentResult:
         return SubagentResult(
-            output=self._output(),
+            output=self.partial_output(),
             stop_reason=StopReason.ERROR,
             diagnostic=join_lines(facts.line(), self._permission_line),
         )
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return self._partial.text
 
     async def _unless_exited(
@@ -295,16 +295,16 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     # -- cancel and teardown --------------------------------------------------------------------
 
-    async def _remote_cancel(self) -> None:
+    async def remote_cancel(self) -> None:
         if self._client is not None and self._transport is not None and self._transport.is_ready():
             await self._client.interrupt()
 
-    async def _before_ladder(self) -> None:
+    async def before_ladder(self) -> None:
         """Disconnect the SDK first: its close is instant here, the ladder then owns the tree."""
         client, self._client = self._client, None
         if client is not None:
             await client.disconnect()
 
-    async def _after_ladder(self) -> None:
+    async def after_ladder(self) -> None:
         if self._transport is not None:
             await self._transport.close()

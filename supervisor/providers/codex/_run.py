@@ -120,7 +120,7 @@ class CodexRun(ProviderRun[Config]):
 
     # -- start ------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         config = self.config
         cwd = self.resolve_cwd(category="unknown")
         spec = self.spawn_spec(app_server_argv(self._binary, self._overrides), cwd)
@@ -173,7 +173,7 @@ class CodexRun(ProviderRun[Config]):
 
     # -- drive ------------------------------------------------------------------------
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         wire = self._wire
         assert wire is not None
         assert self._thread_id is not None
@@ -299,12 +299,12 @@ class CodexRun(ProviderRun[Config]):
 
     def _failed(self, facts: FailureFacts, *, stop_reason: StopReason = StopReason.ERROR) -> SubagentResult:
         return SubagentResult(
-            output=self._output(),
+            output=self.partial_output(),
             stop_reason=stop_reason,
             diagnostic=join_lines(facts.line(), self._decision),
         )
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return self._answers.partial()
 
     # -- the app-server's requests ----------------------------------------------------
@@ -330,7 +330,7 @@ class CodexRun(ProviderRun[Config]):
 
     # -- cancel and teardown ----------------------------------------------------------
 
-    async def _remote_cancel(self) -> None:
+    async def remote_cancel(self) -> None:
         """``turn/interrupt`` for the owned turn, best effort (the base bounds the wait)."""
         wire = self._wire
         if wire is None or self._thread_id is None or not self._turn_start_sent:
@@ -341,6 +341,6 @@ class CodexRun(ProviderRun[Config]):
         params = TurnInterruptParams(threadId=self._thread_id, turnId=self._turn_id)
         await wire.request("turn/interrupt", params.wire(), TurnInterruptResult)
 
-    async def _after_ladder(self) -> None:
+    async def after_ladder(self) -> None:
         if self._wire is not None:
             self._wire.close(CloseReason.STOPPED)

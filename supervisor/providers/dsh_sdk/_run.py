@@ -90,7 +90,7 @@ class DshSdkRun(ProviderRun[Config]):
 
     # -- start --------------------------------------------------------------------------
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         config = self.config
         cwd = self.resolve_cwd()
         spec = self.spawn_spec([config.command, *config.args], cwd)
@@ -122,7 +122,7 @@ class DshSdkRun(ProviderRun[Config]):
 
     # -- session-run --------------------------------------------------------------------
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         client = self._client
         assert client is not None
         progress = self._progress = TurnProgress(max_output_bytes=self.config.max_output_bytes)
@@ -166,14 +166,14 @@ class DshSdkRun(ProviderRun[Config]):
 
     def _settlement(self, stop_reason: StopReason, category: str | None) -> SubagentResult:
         diagnostic = None if category is None else self.failure(category).line()
-        return SubagentResult(output=self._output(), stop_reason=stop_reason, diagnostic=diagnostic)
+        return SubagentResult(output=self.partial_output(), stop_reason=stop_reason, diagnostic=diagnostic)
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return "" if self._progress is None else self._progress.output
 
     # -- shutdown -----------------------------------------------------------------------
 
-    async def _before_ladder(self) -> None:
+    async def before_ladder(self) -> None:
         """The ``shutdown`` request, bounded by ``shutdown_timeout_ms``; a failure is only logged."""
         client = self._client
         if client is None or client.failure is not None:

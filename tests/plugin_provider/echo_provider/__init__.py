@@ -76,14 +76,14 @@ class EchoRun(ProviderRun[Config]):
         super().__init__(context)
         self._answer = ""
 
-    async def _start(self) -> None:
+    async def handshake(self) -> None:
         spec = self.spawn_spec([sys.executable, str(CHILD)], self.resolve_cwd())
         process = await self.spawn_child(spec, failed_as="transport")
         if (await process.stdout.readline()).strip() != b"ready":
             raise StepFailed(self.failure("transport"))
         self.fact(EchoEvent.READY)
 
-    async def _drive(self) -> SubagentResult:
+    async def drive(self) -> SubagentResult:
         assert self.process is not None
         self.process.stdin.write(self.request.task.encode() + b"\n")
         await self.process.stdin.drain()
@@ -100,7 +100,7 @@ class EchoRun(ProviderRun[Config]):
             facts = self.failure("child-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
         return SubagentResult(output="", stop_reason=StopReason.ERROR, diagnostic=facts.line())
 
-    def _output(self) -> str:
+    def partial_output(self) -> str:
         return self._answer
 
 
