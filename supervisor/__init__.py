@@ -63,6 +63,8 @@ from supervisor._seam import Capabilities as Capabilities
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
+from supervisor._sequence import RunOutcome as RunOutcome
+from supervisor._sequence import supervise as supervise
 from supervisor.batching._local import BatchError as BatchError
 from supervisor.batching._local import BatchItem as BatchItem
 from supervisor.batching._local import BatchRecord as BatchRecord
@@ -102,6 +104,7 @@ __all__ = (
     "Registry",
     "Run",
     "RunContext",
+    "RunOutcome",
     "StartAborted",
     "StartFailed",
     "StderrMode",
@@ -124,4 +127,5 @@ __all__ = (
     "installed_kinds",
     "job_outcome",
     "settle_job",
+    "supervise",
 )

@@ -354,7 +354,11 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raise
 
     async def _start_and_publish(self, task_group: TaskGroup, abort: AbortSignal | None) -> None:
-        self._task_group = await task_group.start(self._host)
+        # Shielded: a caller's scope cancelled while the host task is being started would
+        # otherwise leave that (shielded) task running with nobody to close it.  A pending
+        # cancellation then arrives at the handshake's first checkpoint, which rolls back.
+        with anyio.CancelScope(shield=True):
+            self._task_group = await task_group.start(self._host)
         if abort is not None and abort.aborted:
             await self._rollback(CommonEvent.START_ABORTED)
             raise StartAborted(self._aborted_text())

@@ -15,6 +15,8 @@ EXPORTS = {
     "Registry",
     "Provider",
     "Run",
+    "supervise",
+    "RunOutcome",
     "ExitFacts",
     "StderrMode",
     "AuditTrail",

@@ -1,10 +1,10 @@
 """Batches: many supervised runs, at most N at once, one record per finished run.
 
 The unit of work is one :class:`BatchJob` (an item already checked: its provider and
-request), and :func:`run_job` turns it into one :class:`BatchRecord` by starting,
-settling and disposing a run exactly as ``subagents run`` does.  The same function runs
-in this process (:func:`batch` without ``ray``) and inside a Ray task on a worker node,
-so both modes produce the same record under the same containment.
+request), and :func:`run_job` turns it into one :class:`BatchRecord` through the one
+start -> result -> dispose sequence every front-end shares (:func:`~supervisor.supervise`).
+The same function runs in this process (:func:`batch` without ``ray``) and inside a Ray
+task on a worker node, so both modes produce the same record under the same containment.
 
 A run that a batch-wide abort cancelled is not finished: it yields no record (so a
 resumed batch runs it again) and is only counted.
@@ -27,11 +27,10 @@ import anyio.abc
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
-from supervisor._diagnostic import bound_diagnostic, join_lines
-from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._handle import Run
 from supervisor._registry import Provider, Registry, require_asyncio
-from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._seam import StopReason, SubagentRequest
+from supervisor._sequence import supervise
 from supervisor.process import CwdError, check_directory
 
 
@@ -214,88 +213,35 @@ def _describe(exc: ValidationError) -> str:
 async def run_job(
     job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[Run] | None = None
 ) -> BatchRecord | None:
-    """Start, settle and dispose one run; None when ``abort`` cancelled it before it finished.
+    """Start, settle and dispose one run (:func:`~supervisor.supervise`); None when ``abort``
+    cancelled it before it finished.
 
-    The run lives in a shielded task, and a cancellation of the caller's scope reaches it
-    only as an abort: a scope cancelled at the very moment the run hands its background
-    work to a task group must not strand that (shielded) work with nobody to dispose it.
+    A cancellation of the caller's scope is a local cancellation of the run: its tree is
+    taken down (shielded) before the cancellation goes on.
     """
     run = job.provider.create_run(job.request)
     live = live if live is not None else set()
-    own = AbortSignal()
-    remove = abort.add_callback(own.abort)
-    box: list[BatchRecord | None] = []
-    done = anyio.Event()
-
-    async def shielded() -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                box.append(await _run_and_record(job, run, own, ray_node))
-            finally:
-                done.set()
-
+    began = time.monotonic()
     live.add(run)
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(shielded)
-            try:
-                await done.wait()
-            except anyio.get_cancelled_exc_class():
-                own.abort()  # the task group waits for the run's teardown, then re-raises
-                raise
+        outcome = await supervise(run, abort)
     finally:
         live.discard(run)
-        remove()
-    return box[0] if box else None
-
-
-async def _run_and_record(
-    job: BatchJob, run: Run, abort: AbortSignal, ray_node: str | None
-) -> BatchRecord | None:
-    began = time.monotonic()
-    result: SubagentResult | None = None
-    start_error: StartFailed | None = None
-    teardown_error: TeardownFailed | None = None
-    async with anyio.create_task_group() as tg:
-        try:
-            await run.start(tg, abort)
-        except StartAborted:
-            return None
-        except StartFailed as exc:
-            start_error = exc
-        else:
-            try:
-                result = await run.result()
-            finally:  # also when the caller's scope is cancelled: leaving in flight is a local cancel
-                try:
-                    await run.dispose()
-                except TeardownFailed as exc:
-                    teardown_error = exc
-    cancelled = result is not None and result.stop_reason == StopReason.ABORTED and run.cancelled_locally
-    if cancelled and abort.aborted:
+    if outcome.cancelled and abort.aborted:
         return None
     exit_facts = run.exit_facts
-    if start_error is not None:
-        diagnostic: str | None = start_error.diagnostic
-        quiescent = start_error.quiescent
-    else:
-        assert result is not None
-        diagnostic = bound_diagnostic(
-            join_lines(result.diagnostic, teardown_error.diagnostic if teardown_error else None)
-        )
-        quiescent = bool(run.quiescent)
     return BatchRecord(
         id=job.id,
         run_id=run.id,
         provider=job.provider.name,
-        stop_reason=None if result is None else str(result.stop_reason),
-        output="" if result is None else result.output,
-        diagnostic=diagnostic,
+        stop_reason=outcome.stop_reason if outcome.started else None,
+        output=outcome.output,
+        diagnostic=outcome.diagnostic,
         exit_code=None if exit_facts is None else exit_facts.exit_code,
         signal=None if exit_facts is None else exit_facts.signal,
-        quiescent=quiescent,
+        quiescent=outcome.quiescent,
         containment=run.containment,
-        started=start_error is None,
+        started=outcome.started,
         duration_s=round(time.monotonic() - began, 3),
         node=socket.gethostname(),
         ray_node=ray_node,

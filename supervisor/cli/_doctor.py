@@ -20,9 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from supervisor._abort import AbortSignal
-from supervisor._errors import SubagentError
 from supervisor._seam import StopReason, SubagentRequest
+from supervisor._sequence import supervise
 from supervisor.process import detect_containment
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -96,17 +95,7 @@ async def _run_example() -> str | None:
     config = acp.example_agent_config(stderr="discard")
     run = acp.Provider(config).create_run(SubagentRequest(task="doctor", parent_cwd=Path.cwd()))
     with anyio.move_on_after(EXAMPLE_TIMEOUT_SECONDS):
-        async with anyio.create_task_group() as tg:
-            try:
-                await run.start(tg, AbortSignal())
-            except SubagentError:
-                return None
-            result = await run.result()
-            try:
-                await run.dispose()
-            except SubagentError:
-                return None
-            return result.stop_reason
+        return (await supervise(run)).stop_reason
     return None
 
 

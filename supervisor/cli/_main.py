@@ -30,11 +30,12 @@ from supervisor import telemetry
 from supervisor._abort import AbortSignal
 from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
-from supervisor._errors import StartAborted, StartFailed, SubagentError, TeardownFailed
+from supervisor._errors import StartAborted, SubagentError
 from supervisor._handle import Run
 from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
-from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._seam import StopReason, SubagentRequest
+from supervisor._sequence import RunOutcome, supervise
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _mcp as _mcp_cli
 from supervisor.cli._config_file import EXAMPLE_KIND, ConfigError, Entry, load_file
@@ -259,26 +260,14 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.vocabulary.stages)
     abort = AbortSignal()
     interruption = _Interruption(runs=[run], say=progress.say)
-    result: SubagentResult | None = None
-    start_error: SubagentError | None = None
-    teardown_error: TeardownFailed | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, abort, interruption)
         if args.timeout is not None:
             tg.start_soon(_timeout, args.timeout, abort, interruption)
-        try:
-            await run.start(tg, abort)
-        except (StartFailed, StartAborted) as exc:
-            start_error = exc
-        else:
-            result = await run.result()
-            try:
-                await run.dispose()
-            except TeardownFailed as exc:
-                teardown_error = exc
+        outcome = await supervise(run, abort)
         tg.cancel_scope.cancel()
     progress.done()
-    return _report(plan, args, run, result, start_error, teardown_error, interruption)
+    return _report(plan, args, outcome, interruption)
 
 
 async def _watch_signals(abort: AbortSignal, interruption: _Interruption) -> None:
@@ -302,31 +291,14 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
         abort.abort()
 
 
-def _report(
-    plan: _Plan,
-    args: argparse.Namespace,
-    run: Run,
-    result: SubagentResult | None,
-    start_error: SubagentError | None,
-    teardown_error: TeardownFailed | None,
-    interruption: _Interruption,
-) -> int:
-    if start_error is not None:
-        diagnostic = start_error.diagnostic if isinstance(start_error, StartFailed) else None
-        status = EXIT_FAILED
-        if isinstance(start_error, StartAborted):
-            status = interruption.exit_status
+def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interruption: _Interruption) -> int:
+    run, result, start_error = outcome.run, outcome.result, outcome.start_error
+    if outcome.cancelled and (interruption.cause is not None or not outcome.started):
+        status = interruption.exit_status
+    elif outcome.completed:
+        status = EXIT_OK
     else:
-        assert result is not None
-        diagnostic = result.diagnostic
-        if result.stop_reason == StopReason.COMPLETED:
-            status = EXIT_OK
-        elif result.stop_reason == StopReason.ABORTED and run.cancelled_locally and interruption.cause:
-            status = interruption.exit_status
-        else:
-            status = EXIT_FAILED
-    if teardown_error is not None:
-        status = EXIT_FAILED if status == EXIT_OK else status
+        status = EXIT_FAILED
     spawn_failure = _spawn_failure(start_error)
     if spawn_failure is not None:
         sys.stderr.write(f"{PROG}: {spawn_failure}\n")
@@ -336,19 +308,19 @@ def _report(
             "run_id": run.id,
             "provider": plan.entry.name,
             "kind": plan.entry.kind,
-            "started": start_error is None,
-            "stop_reason": None if result is None else result.stop_reason,
-            "output": "" if result is None else result.output,
-            "diagnostic": diagnostic,
+            "started": outcome.started,
+            "stop_reason": outcome.stop_reason if outcome.started else None,
+            "output": outcome.output,
+            "diagnostic": outcome.diagnostic,
             "stages": list(run.stages_entered),
             "exit_code": None if exit_facts is None else exit_facts.exit_code,
             "signal": None if exit_facts is None else exit_facts.signal,
-            "quiescent": bool(run.quiescent),
+            "quiescent": outcome.quiescent,
             "containment": run.containment,
             "audit": run.audit.as_dicts(),
         }
-        if teardown_error is not None:
-            document["teardown"] = teardown_error.diagnostic
+        if outcome.teardown_error is not None:
+            document["teardown"] = outcome.teardown_error.diagnostic
         sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
         return status
     if result is not None and result.output:
@@ -359,10 +331,10 @@ def _report(
         sys.stderr.write(f"{PROG}: {start_error}\n")
     elif result is not None and result.stop_reason != StopReason.COMPLETED:
         sys.stderr.write(f"{PROG}: {headline(result.stop_reason)}\n")
-        if diagnostic:
-            sys.stderr.write(f"Diagnostic: {diagnostic}\n")
-    if teardown_error is not None:
-        sys.stderr.write(f"{PROG}: teardown failed\nDiagnostic: {teardown_error.diagnostic}\n")
+        if result.diagnostic:
+            sys.stderr.write(f"Diagnostic: {result.diagnostic}\n")
+    if outcome.teardown_error is not None:
+        sys.stderr.write(f"{PROG}: teardown failed\nDiagnostic: {outcome.teardown_error.diagnostic}\n")
     return status
 
 

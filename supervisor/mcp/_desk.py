@@ -23,11 +23,10 @@ from anyio.abc import TaskGroup
 from machines import Transition
 from supervisor._abort import AbortSignal
 from supervisor._consumers import foreground_text
-from supervisor._diagnostic import bound_diagnostic, join_lines
-from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._handle import Run
 from supervisor._registry import Registry
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._sequence import supervise
 
 log = logging.getLogger("supervisor")
 
@@ -160,30 +159,9 @@ class Desk:
                 self._settle(entry, StopReason.ABORTED, "", None)
 
     async def _run(self, entry: DeskRun) -> None:
-        run = entry.run
-        async with anyio.create_task_group() as tg:
-            try:
-                await run.start(tg, entry.abort)
-            except StartAborted:
-                self._settle(entry, StopReason.ABORTED, "", None)
-                return
-            except StartFailed as exc:
-                self._settle(entry, StopReason.ERROR, "", exc.diagnostic)
-                return
-            teardown: str | None = None
-            try:
-                result = await run.result()
-            finally:  # also when the server goes away: the tree must be gone first
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await run.dispose()
-                    except TeardownFailed as exc:
-                        teardown = exc.diagnostic
-            diagnostic = bound_diagnostic(join_lines(result.diagnostic, teardown))
-            stop = result.stop_reason
-            if teardown is not None and stop == StopReason.COMPLETED:
-                stop = StopReason.ERROR
-            self._settle(entry, stop, result.output, diagnostic)
+        # Disposed before it is recorded (also when the server goes away under it).
+        outcome = await supervise(entry.run, entry.abort)
+        self._settle(entry, outcome.stop_reason, outcome.output, outcome.diagnostic)
 
     def _settle(self, entry: DeskRun, stop_reason: str, output: str, diagnostic: str | None) -> None:
         if entry.settled is not None:

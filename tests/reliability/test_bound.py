@@ -37,7 +37,7 @@ from machines.acp import ACP_TOOL_KINDS, ACP_VOCABULARY, AcpEvent, AcpLifecycle
 from machines.claude_code import CLAUDE_CODE_VOCABULARY
 from machines.codex import CODEX_PERMISSION_REQUESTS, CODEX_VOCABULARY
 from machines.dsh_sdk import DSH_SDK_VOCABULARY
-from supervisor import StartFailed, StopReason, SubagentRequest, SubagentResult, TeardownFailed
+from supervisor import RunOutcome, StopReason, SubagentRequest, SubagentResult, supervise
 from supervisor._diagnostic import (
     MAX_DIAGNOSTIC_BYTES,
     TRUNCATION_SUFFIX,
@@ -193,23 +193,9 @@ def phantom() -> Iterator[int]:
         yield pid
 
 
-async def drive(
-    run: ProviderRun[Any],
-) -> tuple[SubagentResult | None, StartFailed | None, TeardownFailed | None]:
-    result, start_error, teardown_error = None, None, None
+async def drive(run: ProviderRun[Any]) -> RunOutcome:
     with anyio.fail_after(30):
-        async with anyio.create_task_group() as tg:
-            try:
-                await run.start(tg)
-            except StartFailed as exc:
-                start_error = exc
-            else:
-                result = await run.result()
-                try:
-                    await run.dispose()
-                except TeardownFailed as exc:
-                    teardown_error = exc
-    return result, start_error, teardown_error
+        return await supervise(run)
 
 
 CONFIG = Config(command="cat", dispose_eof_grace_ms=50, dispose_grace_ms=50)
@@ -229,7 +215,10 @@ async def test_every_path_of_a_run_applies_the_bound(
     context = RunContext("oversized", CONFIG, SubagentRequest(task="t", parent_cwd=workdir), tree=tree)
     run = Oversized(context, text=text, fail_start=fail_start)
     with mock.patch("supervisor.process._managed.DEFAULT_KILL_WAIT_SECONDS", 0.1):
-        result, start_error, teardown_error = await drive(run)
+        outcome = await drive(run)
+    result, teardown_error = outcome.result, outcome.teardown_error
+    start_error = outcome.start_error
+    assert not isinstance(start_error, StartAborted)
     if fail_start:
         assert start_error is not None
         expected = join_lines(LINE, text, TEARDOWN if leak else None)
@@ -246,26 +235,19 @@ async def test_every_path_of_a_run_applies_the_bound(
             assert_bounded(teardown_error.diagnostic)
         else:
             assert teardown_error is None
-    document = cli_json(run, result, start_error, teardown_error)
+    document = cli_json(outcome)
     assert_bounded(document["diagnostic"])
     if teardown_error is not None:
         assert_bounded(document["teardown"])
 
 
-def cli_json(
-    run: ProviderRun[Any],
-    result: SubagentResult | None,
-    start_error: StartFailed | StartAborted | None,
-    teardown_error: TeardownFailed | None,
-) -> dict[str, Any]:
+def cli_json(outcome: RunOutcome) -> dict[str, Any]:
     """The CLI's ``--json`` document for this outcome, as ``subagents run --json`` prints it."""
     entry = Entry(kind="acp", name="oversized", keys={}, where="test", base_dir=Path.cwd())
     plan = _Plan(entry=entry, overrides={}, task="t", parent_cwd=Path.cwd())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        _report(
-            plan, argparse.Namespace(json=True), run, result, start_error, teardown_error, _Interruption()
-        )
+        _report(plan, argparse.Namespace(json=True), outcome, _Interruption())
     document: dict[str, Any] = json.loads(out.getvalue())
     text = out.getvalue()
     assert text.encode("utf-8").decode("utf-8") == text
