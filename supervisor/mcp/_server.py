@@ -29,6 +29,7 @@ from mcp.server.stdio import stdio_server
 from supervisor._errors import SubagentError
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
+from supervisor._version import package_version
 from supervisor.mcp._desk import Desk, DeskRun, Settled, inside_roots
 
 log = logging.getLogger("supervisor")
@@ -312,7 +313,7 @@ async def serve(settings: McpSettings) -> int:
             return await tools.call(ctx, params.name, dict(params.arguments or {}))
 
         server: Server[Any] = Server(
-            SERVER_NAME, version=_version(), on_list_tools=list_tools, on_call_tool=call_tool
+            SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool
         )
         try:
             async with stdio_server() as (read_stream, write_stream):
@@ -320,12 +321,3 @@ async def serve(settings: McpSettings) -> int:
         finally:
             desk.cancel_all()  # the client is gone: every run ends, each tree torn down
     return 0
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("subagent-supervisor")
-    except PackageNotFoundError:
-        return "0.0.0"

@@ -25,6 +25,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from machines import Transition, TransitionSink
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor._version import package_version
 from supervisor.telemetry._switch import transition_attributes
 
 if TYPE_CHECKING:
@@ -194,13 +195,7 @@ def _result_error(result: SubagentResult | None, categories: frozenset[str]) -> 
 
 
 def tracer_from(provider: Any) -> trace.Tracer:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        own_version = version("subagent-supervisor")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        own_version = "0"
-    tracer: trace.Tracer = provider.get_tracer(INSTRUMENTATION_NAME, own_version)
+    tracer: trace.Tracer = provider.get_tracer(INSTRUMENTATION_NAME, package_version())
     return tracer
 
 

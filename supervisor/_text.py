@@ -1,16 +1,19 @@
-"""The one UTF-8 text cap: collected output never exceeds its byte limit.
+"""The one UTF-8 text cap: text never exceeds its byte limit, and a cut is marked.
 
-Every provider collects the child's answer text under ``max_output_bytes``.  Output
-over the cap keeps the longest prefix that fits together with the mark
-``\\n[output truncated]``, so a reader can tell a cut answer from a short one; the mark
-is inside the limit, and a code point is never split.  A limit too small to hold the
-mark keeps a bare prefix.
+Two bounds use it.  The child's answer is collected under ``max_output_bytes`` (the
+providers' :class:`CappedText`, and the base run once more on every result), marked
+``\\n[output truncated]``; a diagnostic is bounded to 4096 bytes, marked
+``\\n[diagnostic truncated]`` (:func:`supervisor.provider.bound_diagnostic`).  Text over
+the cap keeps the longest prefix that fits together with the mark, so a reader can tell
+a cut text from a short one; the mark is inside the limit, and a code point is never
+split.  A limit too small to hold the mark keeps a bare prefix.
 """
 
 from __future__ import annotations
 
+from supervisor._public import home
+
 TRUNCATED_MARK = "\n[output truncated]"
-_MARK_BYTES = len(TRUNCATED_MARK.encode("utf-8"))
 
 
 def _encode(text: str) -> bytes:
@@ -18,25 +21,37 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _prefix(data: bytes, limit: int) -> str:
+    """The longest whole-code-point prefix of encoded ``data`` within ``limit`` bytes."""
+    cut = max(limit, 0)
+    if cut >= len(data):
+        return data.decode("utf-8", "surrogatepass")
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:  # never split a code point
+        cut -= 1
+    return data[:cut].decode("utf-8", "surrogatepass")
+
+
 def utf8_prefix(text: str, limit: int) -> str:
     """The longest prefix of ``text`` of at most ``limit`` UTF-8 bytes."""
     data = _encode(text)
+    return text if len(data) <= limit else _prefix(data, limit)
+
+
+def cap_text(text: str, limit: int | None, *, mark: str = TRUNCATED_MARK) -> str:
+    """``text`` when it fits in ``limit`` bytes (None: no limit), else a prefix ending in ``mark``."""
+    if limit is None:
+        return text
+    data = _encode(text)
     if len(data) <= limit:
         return text
-    return data[: max(limit, 0)].decode("utf-8", "ignore")
+    return _marked(data, limit, mark)
 
 
-def cap_text(text: str, limit: int | None) -> str:
-    """``text`` when it fits in ``limit`` bytes (None: no limit), else a marked prefix."""
-    if limit is None or len(_encode(text)) <= limit:
-        return text
-    return _marked(text, limit)
-
-
-def _marked(text: str, limit: int) -> str:
-    if limit < _MARK_BYTES:
-        return utf8_prefix(text, limit)
-    return utf8_prefix(text, limit - _MARK_BYTES) + TRUNCATED_MARK
+def _marked(data: bytes, limit: int, mark: str) -> str:
+    mark_bytes = len(_encode(mark))
+    if limit < mark_bytes:
+        return _prefix(data, limit)
+    return _prefix(data, limit - mark_bytes) + mark
 
 
 class CappedText:
@@ -78,5 +93,8 @@ class CappedText:
             self._parts = ["".join(self._parts)]
         joined = self._parts[0] if self._parts else ""
         if self.truncated and self._limit is not None:
-            return _marked(joined, self._limit)
+            return _marked(_encode(joined), self._limit, TRUNCATED_MARK)
         return joined
+
+
+home("supervisor.provider", CappedText, cap_text, utf8_prefix)
