@@ -73,3 +73,8 @@ class AuditTrail:
     def as_dicts(self) -> list[dict[str, str | float]]:
         """The whole trail, as :meth:`as_dict` entries."""
         return [self.as_dict(e) for e in self._entries]
+
+
+for _public in (AuditTrail, Transition):
+    _public.__module__ = "machines"  # its public home (``machines``), as ``help()`` should say
+del _public

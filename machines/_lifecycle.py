@@ -200,3 +200,8 @@ def common_rows(
         rows.append((event, SETTLED, SETTLED))
         rows.append((event, teardown, teardown))
     return tuple(rows)
+
+
+for _public in (CommonEvent, Lifecycle, build_lifecycle, common_rows):
+    _public.__module__ = "machines"  # its public home (``machines``), as ``help()`` should say
+del _public

@@ -121,3 +121,8 @@ class Vocabulary:
             raise ValueError(f"{self.label} permission line fields are {[d.name for d in self.decision]}")
         parts = "; ".join(f"{d.name}: {d.render(values[d.name])}" for d in self.decision)
         return f"{self.label} unattended decision ({parts})"
+
+
+for _public in (Vocabulary, ClosedField, IntegerField, DecisionField):
+    _public.__module__ = "machines"  # its public home (``machines``), as ``help()`` should say
+del _public

@@ -7,6 +7,8 @@ from typing import Any
 
 import anyio
 
+from supervisor._public import home
+
 
 class AbortSignal:
     """Fire once with :meth:`abort`; observers are called synchronously, in order.
@@ -58,3 +60,6 @@ class AbortSignal:
 
     def __repr__(self) -> str:
         return f"<AbortSignal aborted={self._aborted}>"
+
+
+home("supervisor", AbortSignal)

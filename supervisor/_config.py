@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from supervisor._public import home
 from supervisor.process import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_STDERR_TAIL_BYTES,
@@ -171,3 +172,6 @@ class CommandConfig(ProviderConfig):
         if not value.strip():
             raise ValueError("must name a program")
         return value
+
+
+home("supervisor.provider", ProviderConfig, CommandConfig)

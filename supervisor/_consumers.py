@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from supervisor._errors import StartAborted, SubagentError
 from supervisor._handle import Run
+from supervisor._public import home
 from supervisor._seam import StopReason, SubagentResult
 
 _HEADLINES = {
@@ -94,3 +95,6 @@ async def settle_job(start: Callable[[], Awaitable[Run]]) -> JobOutcome:
     suffix = f"dispose failed: {dispose_error}"
     detail = f"{outcome.detail}; {suffix}" if outcome.detail else suffix
     return JobOutcome(JobStatus.FAILED, output=outcome.output, detail=detail)
+
+
+home("supervisor", JobOutcome, JobStatus, foreground_text, job_outcome, settle_job)

@@ -10,6 +10,8 @@ names no provider; each provider brings its own vocabulary.
 from __future__ import annotations
 
 from machines import Vocabulary
+from supervisor._public import home
+from supervisor._text import cap_text
 
 MAX_DIAGNOSTIC_BYTES = 4096
 TRUNCATION_SUFFIX = "\n[diagnostic truncated]"
@@ -83,14 +85,11 @@ def bound_diagnostic(text: str | None) -> str | None:
     """Apply the seam's bound: None for empty, else at most 4096 UTF-8 bytes.
 
     Over the bound, keep the longest prefix that fits with the suffix
-    ``\\n[diagnostic truncated]``, never splitting a code point.
+    ``\\n[diagnostic truncated]``, never splitting a code point (the one text cap).
     """
     if not text:
         return None
-    data = text.encode("utf-8")
-    if len(data) <= MAX_DIAGNOSTIC_BYTES:
-        return text
-    cut = MAX_DIAGNOSTIC_BYTES - len(TRUNCATION_SUFFIX.encode("utf-8"))
-    while cut > 0 and (data[cut] & 0xC0) == 0x80:
-        cut -= 1
-    return data[:cut].decode("utf-8") + TRUNCATION_SUFFIX
+    return cap_text(text, MAX_DIAGNOSTIC_BYTES, mark=TRUNCATION_SUFFIX)
+
+
+home("supervisor.provider", FailureFacts, bound_diagnostic, join_lines)

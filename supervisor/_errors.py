@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from supervisor._public import home
+
 
 class SubagentError(Exception):
     """Base of every error this package raises on purpose."""
@@ -78,3 +80,17 @@ class TeardownFailed(SubagentError):
     def __init__(self, diagnostic: str) -> None:
         super().__init__(diagnostic)
         self.diagnostic = diagnostic
+
+
+home(
+    "supervisor",
+    SubagentError,
+    ConfigurationError,
+    DuplicateProvider,
+    InvalidRequest,
+    NoProvider,
+    StartAborted,
+    StartFailed,
+    TeardownFailed,
+    UnsupportedCapability,
+)

@@ -13,6 +13,7 @@ from anyio.abc import TaskGroup
 
 from machines import AuditTrail, Vocabulary
 from supervisor._abort import AbortSignal
+from supervisor._public import home
 from supervisor._seam import SubagentResult
 from supervisor.process import ExitFacts
 
@@ -98,3 +99,6 @@ class Run(Protocol):
     def force_kill(self) -> None:
         """Skip the remaining teardown graces."""
         ...
+
+
+home("supervisor", Run)

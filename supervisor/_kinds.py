@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from machines import Vocabulary
 from supervisor._config import ProviderConfig
 from supervisor._errors import ConfigurationError, NoProvider
+from supervisor._public import home
 from supervisor._registry import Provider
 from supervisor._seam import NO_CAPABILITIES, Capabilities
 
@@ -114,3 +115,7 @@ def kind(name: str) -> ProviderKind[Any]:
 def create_provider(name: str, config: ProviderConfig, provider_name: str | None = None) -> Provider:
     """A provider of kind ``name`` for ``config`` (the embedding API's one-liner)."""
     return kind(name).provider(config, provider_name)
+
+
+home("supervisor", InstalledKind, installed_kinds, create_provider)
+home("supervisor.provider", ProviderKind)

@@ -15,6 +15,7 @@ from machines import TransitionSink
 from supervisor._abort import AbortSignal
 from supervisor._errors import DuplicateProvider, InvalidRequest, NoProvider, UnsupportedCapability
 from supervisor._handle import Run
+from supervisor._public import home
 from supervisor._seam import Capabilities, SubagentRequest
 
 log = logging.getLogger("supervisor")
@@ -140,3 +141,6 @@ class Registry:
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from group.exceptions[0].__cause__
             raise
+
+
+home("supervisor", Provider, Registry)

@@ -41,6 +41,7 @@ from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._logging import raw_failure
+from supervisor._public import home
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor.process import (
     Containment,
@@ -507,3 +508,6 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """Skip the remaining teardown graces (a second Ctrl-C)."""
         if self.process is not None:
             self.process.force_kill()
+
+
+home("supervisor.provider", ProviderRun, RunContext, StepFailed)

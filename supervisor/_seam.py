@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor._diagnostic import bound_diagnostic
+from supervisor._public import home
 
 
 class StopReason(enum.StrEnum):
@@ -75,3 +76,6 @@ class SubagentResult(BaseModel):
     @classmethod
     def _bounded(cls, value: str | None) -> str | None:
         return bound_diagnostic(value)
+
+
+home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities)

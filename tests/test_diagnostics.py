@@ -10,8 +10,9 @@ from machines.acp import ACP_VOCABULARY
 from machines.claude_code import CLAUDE_CODE_VOCABULARY
 from machines.codex import CODEX_VOCABULARY
 from machines.dsh_sdk import DSH_SDK_VOCABULARY
-from supervisor import MAX_DIAGNOSTIC_BYTES, StartFailed, SubagentResult, bound_diagnostic
+from supervisor import MAX_DIAGNOSTIC_BYTES, StartFailed, SubagentResult
 from supervisor._diagnostic import TRUNCATION_SUFFIX, FailureFacts
+from supervisor.provider import bound_diagnostic
 
 
 def test_fields_in_fixed_order() -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+
+import pytest
+
 import supervisor
+import supervisor.provider
 
 EXPORTS = {
     # the seam and the caller's side
@@ -23,7 +29,6 @@ EXPORTS = {
     "Transition",
     "TransitionSink",
     "MAX_DIAGNOSTIC_BYTES",
-    "bound_diagnostic",
     "foreground_text",
     "job_outcome",
     "settle_job",
@@ -49,7 +54,60 @@ EXPORTS = {
     "InstalledKind",
     "installed_kinds",
     "create_provider",
-    # the provider-author API
+}
+
+AUTHORS = {
+    # a kind and its parts
+    "PROVIDERS_GROUP",
+    "ProviderKind",
+    "Provider",
+    "ProviderConfig",
+    "CommandConfig",
+    "StderrMode",
+    "ConfigurationError",
+    # the chart and the vocabulary
+    "build_lifecycle",
+    "common_rows",
+    "Lifecycle",
+    "CommonEvent",
+    "SETTLED",
+    "Transition",
+    "TransitionSink",
+    "Vocabulary",
+    "ClosedField",
+    "IntegerField",
+    "DecisionField",
+    # the run
+    "ProviderRun",
+    "RunContext",
+    "Run",
+    "StepFailed",
+    "FailureFacts",
+    "bound_diagnostic",
+    "join_lines",
+    "MAX_DIAGNOSTIC_BYTES",
+    "Capabilities",
+    "NO_CAPABILITIES",
+    "StopReason",
+    "SubagentRequest",
+    "SubagentResult",
+    # the child and its text
+    "ManagedProcess",
+    "SpawnSpec",
+    "SpawnFailed",
+    "ExitFacts",
+    "TeardownReport",
+    "LineReader",
+    "FrameTooLarge",
+    "child_environment",
+    "CappedText",
+    "cap_text",
+    "utf8_prefix",
+    "TRUNCATED_MARK",
+}
+
+# Names 0.2 exported from ``supervisor`` that are an author's: importable with a warning.
+MOVED = {
     "ProviderKind",
     "ProviderRun",
     "RunContext",
@@ -65,6 +123,7 @@ EXPORTS = {
     "CommonEvent",
     "build_lifecycle",
     "common_rows",
+    "bound_diagnostic",
 }
 
 
@@ -73,6 +132,35 @@ def test_exports_are_pinned() -> None:
     assert len(supervisor.__all__) == len(EXPORTS)
     for name in EXPORTS:
         assert getattr(supervisor, name) is not None
+
+
+def test_the_authors_module_is_pinned() -> None:
+    assert set(supervisor.provider.__all__) == AUTHORS
+    assert len(supervisor.provider.__all__) == len(AUTHORS)
+    for name in AUTHORS:
+        assert getattr(supervisor.provider, name) is not None
+
+
+@pytest.mark.parametrize("surface", ["supervisor", "supervisor.provider", "supervisor.telemetry", "machines"])
+def test_every_public_name_reports_its_public_module(surface: str) -> None:
+    """``__module__`` names a public module (no ``_`` part) that really exports the name."""
+    module = importlib.import_module(surface)
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue  # constants and type aliases have no module of their own
+        home = obj.__module__
+        assert not any(part.startswith("_") for part in home.split(".")), (surface, name, home)
+        assert getattr(importlib.import_module(home), obj.__name__) is obj, (surface, name, home)
+
+
+def test_a_provider_written_for_0_2_keeps_working_and_is_told_where_to_look() -> None:
+    for name in MOVED:
+        with pytest.warns(DeprecationWarning, match=rf"^supervisor\.{name} is a provider author's name: "):
+            moved = getattr(supervisor, name)
+        assert moved is getattr(supervisor.provider, name)
+    with pytest.raises(AttributeError, match="has no attribute 'Nonesuch'"):
+        supervisor.Nonesuch  # noqa: B018
 
 
 def test_the_run_protocol_is_what_callers_get() -> None:
@@ -93,8 +181,6 @@ def test_the_run_protocol_is_what_callers_get() -> None:
 
 
 def test_kinds_are_found_through_the_entry_point_group() -> None:
-    import pytest
-
     kinds = supervisor.installed_kinds()
     assert list(kinds) == ["acp", "dsh-sdk", "claude-code", "codex"]
     assert [k.extra for k in kinds.values()] == [None, None, "claude-code", "codex"]

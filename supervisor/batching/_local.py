@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
 from supervisor._handle import Run
+from supervisor._public import home
 from supervisor._registry import Provider, Registry, require_asyncio
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
@@ -379,3 +380,6 @@ async def _local(
                 except GeneratorExit:  # closed early: cancel the workers (each run is torn down)
                     tg.cancel_scope.cancel()
                     break
+
+
+home("supervisor", BatchItem, BatchRecord, BatchError, batch)

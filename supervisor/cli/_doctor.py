@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -22,6 +21,7 @@ import anyio
 
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
+from supervisor._version import distribution_version
 from supervisor.process import detect_containment
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -53,13 +53,6 @@ def subreaper_line() -> str:
     return "subreaper: available" if after.value == 1 else "subreaper: unavailable (not kept)"
 
 
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown version"
-
-
 def provider_lines() -> list[str]:
     from supervisor.providers.acp import EXAMPLE_AGENT
 
@@ -70,7 +63,8 @@ def provider_lines() -> list[str]:
         lines.append("provider acp: missing (the example agent or the acp SDK is not installed)")
     lines.append("provider dsh-sdk: found (base install; the runtime is the configured command)")
     if importlib.util.find_spec("claude_agent_sdk") is not None:
-        lines.append(f"provider claude-code: found (claude-agent-sdk {_version('claude-agent-sdk')})")
+        sdk = distribution_version("claude-agent-sdk") or "unknown version"
+        lines.append(f"provider claude-code: found (claude-agent-sdk {sdk})")
     else:
         lines.append("provider claude-code: missing (install the claude-code extra)")
     lines.append(_codex_line())

@@ -36,6 +36,7 @@ from supervisor._kinds import installed_kinds
 from supervisor._registry import Registry
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import RunOutcome, supervise
+from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _mcp as _mcp_cli
 from supervisor.cli._config_file import EXAMPLE_KIND, ConfigError, Entry, load_file
@@ -61,15 +62,6 @@ exit status:
 """
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("subagent-supervisor")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2
         raise ConfigError(message)
@@ -77,7 +69,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser(

@@ -6,6 +6,8 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
+from supervisor._public import home
+
 SENSITIVE_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 RUN_TAG_VARIABLE = "SUBAGENT_SUPERVISOR_RUN"
 # ``<pid>:<start time>`` of the supervising process, set on every child at spawn.
@@ -40,3 +42,6 @@ def child_environment(
             env[name] = value
     env[RUN_TAG_VARIABLE] = run_tag
     return env
+
+
+home("supervisor.provider", child_environment)

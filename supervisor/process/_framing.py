@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from supervisor._public import home
+
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 READ_CHUNK = 64 * 1024
 
@@ -54,3 +56,6 @@ class LineReader:
                 self._eof = True
             else:
                 self._buffer += chunk
+
+
+home("supervisor.provider", LineReader, FrameTooLarge)

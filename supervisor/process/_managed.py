@@ -20,6 +20,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
+from supervisor._public import home
 from supervisor.process._containment import Containment, Enclosure, containment_for
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
@@ -489,3 +490,7 @@ def _exec_error(where: str | None) -> int | None:
     if magic != b"\x7fELF" and not magic.startswith(b"#!"):
         return errno.ENOEXEC
     return None
+
+
+home("supervisor", ExitFacts, StderrMode)
+home("supervisor.provider", ManagedProcess, SpawnSpec, SpawnFailed, TeardownReport)

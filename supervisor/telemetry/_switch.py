@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from machines import Transition, TransitionSink
 from supervisor._errors import ConfigurationError
+from supervisor._public import home
 
 if TYPE_CHECKING:
     from supervisor._errors import TeardownFailed
@@ -260,3 +261,6 @@ def import_acp_untraced() -> ModuleType:
 def transition_attributes(entry: Transition) -> dict[str, str]:
     """The closed attributes of one transition event."""
     return {"source": entry.source, "target": entry.target, "machine": entry.machine}
+
+
+home("supervisor.telemetry", attached, configure_from_cli, enabled, inject, shutdown, span, use)

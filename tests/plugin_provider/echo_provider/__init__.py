@@ -1,7 +1,7 @@
 """A complete provider kind in one module: chart, vocabulary, config, run, provider.
 
 It speaks a trivial line protocol with its child (``ready``, then ``echo: <task>``)
-and uses nothing but the public API of ``subagent-supervisor``.
+and uses nothing but the authors' module of ``subagent-supervisor`` (``supervisor.provider``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import enum
 import sys
 from pathlib import Path
 
-from machines import SETTLED
-from supervisor import (
+from supervisor.provider import (
     NO_CAPABILITIES,
+    SETTLED,
     ProviderConfig,
     ProviderKind,
     ProviderRun,

@@ -1,0 +1,134 @@
+"""The provider authors' surface: everything needed to write a provider kind.
+
+Callers (who run subagents) import from :mod:`supervisor`; authors (who add a kind of
+agent, in a distribution of their own) import from here, the way anyio's users and
+its backend authors meet in ``anyio`` and ``anyio.abc``.  The four built-in kinds are
+written with the same names.
+
+A kind is five things, registered as one :class:`ProviderKind` under the entry-point
+group :data:`PROVIDERS_GROUP`:
+
+* a **chart**: the run's stages and the typed facts that move it, built from a
+  transition table with :func:`build_lifecycle` and :func:`common_rows` (the rows every
+  kind shares: rollback, cancellation, dispose, late facts); its target for a settled
+  run is :data:`SETTLED`;
+* a closed **vocabulary** (:class:`Vocabulary`, with :class:`ClosedField`,
+  :class:`IntegerField`, :class:`DecisionField`): everything its diagnostic lines may
+  say.  It must name the categories the base run itself emits (``unknown`` and its
+  ``start_timeout_category``), or it is refused when it is built;
+* a **config** model extending :class:`ProviderConfig` (or :class:`CommandConfig` for a
+  child that is a configured command): the kind's TOML keys;
+* a **run** extending :class:`ProviderRun`, built from one :class:`RunContext`, that
+  fills in the hooks ``handshake()``, ``drive()`` and ``partial_output()`` (and, if the
+  protocol has them, ``remote_cancel()``, ``before_ladder()``, ``after_ladder()``,
+  ``teardown_facts()``).  Failures are closed facts: ``self.failure(category)`` builds
+  a :class:`FailureFacts` checked against the vocabulary; raise :class:`StepFailed`
+  with them, before or after publication;
+* a **provider** (the :class:`Provider` protocol: ``name``, ``capabilities``,
+  ``inherits_parent_context``, ``create_run``), optionally a **readiness check** for
+  ``subagents doctor`` (:class:`Readiness`) and an **example** config.
+
+The base run keeps every promise of the seam for every kind, whatever the hooks do:
+publication, abort and cancellation, one settlement, ``max_output_bytes`` on the
+result's output, the 4096-byte diagnostic bound, rollback and dispose over the whole
+process tree, the audit trail, telemetry; a hook or a task on the run's task group that
+raises settles the run as an ``unknown`` failure and the tree is taken down before any
+error goes further.
+
+Helpers for the child itself: :class:`ManagedProcess` (spawned with
+``ProviderRun.spawn_child`` from ``ProviderRun.spawn_spec``), :class:`LineReader` (the
+frame-bounded line reader), :func:`child_environment` (the scrubbed environment), and
+the one UTF-8 text cap (:class:`CappedText`, :func:`cap_text`, :func:`utf8_prefix`).
+"""
+
+from __future__ import annotations
+
+from machines import SETTLED as SETTLED
+from machines import ClosedField as ClosedField
+from machines import CommonEvent as CommonEvent
+from machines import DecisionField as DecisionField
+from machines import IntegerField as IntegerField
+from machines import Lifecycle as Lifecycle
+from machines import Transition as Transition
+from machines import TransitionSink as TransitionSink
+from machines import Vocabulary as Vocabulary
+from machines import build_lifecycle as build_lifecycle
+from machines import common_rows as common_rows
+from supervisor._config import CommandConfig as CommandConfig
+from supervisor._config import ProviderConfig as ProviderConfig
+from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
+from supervisor._diagnostic import FailureFacts as FailureFacts
+from supervisor._diagnostic import bound_diagnostic as bound_diagnostic
+from supervisor._diagnostic import join_lines as join_lines
+from supervisor._errors import ConfigurationError as ConfigurationError
+from supervisor._handle import Run as Run
+from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
+from supervisor._kinds import ProviderKind as ProviderKind
+from supervisor._registry import Provider as Provider
+from supervisor._run import ProviderRun as ProviderRun
+from supervisor._run import RunContext as RunContext
+from supervisor._run import StepFailed as StepFailed
+from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
+from supervisor._seam import Capabilities as Capabilities
+from supervisor._seam import StopReason as StopReason
+from supervisor._seam import SubagentRequest as SubagentRequest
+from supervisor._seam import SubagentResult as SubagentResult
+from supervisor._text import TRUNCATED_MARK as TRUNCATED_MARK
+from supervisor._text import CappedText as CappedText
+from supervisor._text import cap_text as cap_text
+from supervisor._text import utf8_prefix as utf8_prefix
+from supervisor.process import ExitFacts as ExitFacts
+from supervisor.process import FrameTooLarge as FrameTooLarge
+from supervisor.process import LineReader as LineReader
+from supervisor.process import ManagedProcess as ManagedProcess
+from supervisor.process import SpawnFailed as SpawnFailed
+from supervisor.process import SpawnSpec as SpawnSpec
+from supervisor.process import StderrMode as StderrMode
+from supervisor.process import TeardownReport as TeardownReport
+from supervisor.process import child_environment as child_environment
+
+__all__ = (
+    "MAX_DIAGNOSTIC_BYTES",
+    "NO_CAPABILITIES",
+    "PROVIDERS_GROUP",
+    "SETTLED",
+    "TRUNCATED_MARK",
+    "Capabilities",
+    "CappedText",
+    "ClosedField",
+    "CommandConfig",
+    "CommonEvent",
+    "ConfigurationError",
+    "DecisionField",
+    "ExitFacts",
+    "FailureFacts",
+    "FrameTooLarge",
+    "IntegerField",
+    "Lifecycle",
+    "LineReader",
+    "ManagedProcess",
+    "Provider",
+    "ProviderConfig",
+    "ProviderKind",
+    "ProviderRun",
+    "Run",
+    "RunContext",
+    "SpawnFailed",
+    "SpawnSpec",
+    "StderrMode",
+    "StepFailed",
+    "StopReason",
+    "SubagentRequest",
+    "SubagentResult",
+    "TeardownReport",
+    "Transition",
+    "TransitionSink",
+    "Vocabulary",
+    "bound_diagnostic",
+    "build_lifecycle",
+    "cap_text",
+    "child_environment",
+    "common_rows",
+    "join_lines",
+    "utf8_prefix",
+)
