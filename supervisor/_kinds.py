@@ -8,8 +8,10 @@ four built-in kinds as for a third party::
     needs-sdk = "supervisor.providers.claude_code:KIND [claude-code]"   # needs an extra
 
 The entry point names a :class:`ProviderKind`: the kind's TOML keys (``config``), how
-to build a provider from them (``provider``), its closed vocabulary and the
-capabilities it offers.  Listing kinds reads only the installed distributions'
+to build a provider from them (``provider``), its closed vocabulary, the capabilities
+it offers, its charts (``subagents diagrams`` draws them), optionally a readiness
+check (``subagents doctor`` runs it) and a keyless example agent.  Every front-end
+loops over the installed kinds; none names one.  Listing kinds reads only the installed distributions'
 metadata; a kind's module is imported when that kind is first used, so an optional
 SDK (or a slow import) is paid for only by the runs that need it.
 """
@@ -17,24 +19,38 @@ SDK (or a slow import) is paid for only by the runs that need it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, TypeVar
 
-from machines import Vocabulary
+from machines import Lifecycle, Vocabulary
 from supervisor._config import ProviderConfig
 from supervisor._errors import ConfigurationError, NoProvider
 from supervisor._public import home
 from supervisor._registry import Provider
 from supervisor._seam import NO_CAPABILITIES, Capabilities
+from supervisor._version import DISTRIBUTION
+
+log = logging.getLogger("supervisor")
 
 PROVIDERS_GROUP = "subagent_supervisor.providers"
 """The entry-point group every provider kind is registered in."""
 
-_DISTRIBUTION = "subagent-supervisor"
-
 ConfigT = TypeVar("ConfigT", bound=ProviderConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """A kind's answer to ``subagents doctor``: whether what it needs is here.
+
+    ``detail`` is one line for a person: what was found (``claude-agent-sdk 0.2.189``)
+    or what to do (``install the codex extra, or set codex_path``).
+    """
+
+    ok: bool
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,18 @@ class ProviderKind(Generic[ConfigT]):
     example: Callable[[], ConfigT] | None = None
     """A config that runs a built-in, keyless example agent (the CLI runs one when it is
     given neither a config file nor a command), or None when the kind ships no example."""
+    charts: tuple[type[Lifecycle], ...] = ()
+    """The kind's charts, the run's lifecycle first (``subagents diagrams`` draws them;
+    its stages must be the vocabulary's)."""
+    ready: Callable[[], Readiness] | None = None
+    """A readiness check for ``subagents doctor`` (its SDK, its binary): cheap, no run."""
+
+    def __post_init__(self) -> None:
+        if self.charts and self.vocabulary.stages != self.charts[0].STAGES:
+            raise ValueError(
+                f"{self.vocabulary.label}: the first chart's stages are not the vocabulary's "
+                "(read the vocabulary's stages from the chart: stages=Chart.STAGES)"
+            )
 
 
 @dataclass(frozen=True)
@@ -88,7 +116,7 @@ def _discover() -> dict[str, InstalledKind]:
     need no extra first, then by name.  A name registered twice keeps the first."""
 
     def order(point: EntryPoint) -> tuple[bool, bool, str]:
-        own = point.dist is not None and point.dist.name == _DISTRIBUTION
+        own = point.dist is not None and point.dist.name == DISTRIBUTION
         return (not own, "[" in point.value, point.name)
 
     found: dict[str, InstalledKind] = {}
@@ -117,5 +145,34 @@ def create_provider(name: str, config: ProviderConfig, provider_name: str | None
     return kind(name).provider(config, provider_name)
 
 
+def loaded_kinds() -> Iterator[tuple[str, ProviderKind[Any] | None]]:
+    """Every installed kind, loaded, in order; None for one whose module cannot be
+    imported here (a broken or half-installed distribution: the front-ends say so)."""
+    for name, installed in installed_kinds().items():
+        try:
+            loaded: ProviderKind[Any] | None = installed.load()
+        except Exception:  # a third party's import error must not take a front-end down
+            log.warning("provider kind %s could not be loaded", name, exc_info=True)
+            loaded = None
+        yield name, loaded
+
+
+def example_kind() -> tuple[str, ProviderKind[Any]] | None:
+    """The kind whose keyless example agent runs when nothing is configured: the first
+    installed kind that ships one (this distribution's kinds come first)."""
+    for name, loaded in loaded_kinds():
+        if loaded is not None and loaded.example is not None:
+            return name, loaded
+    return None
+
+
+def example_config(example: ProviderKind[Any], **overrides: Any) -> ProviderConfig:
+    """The kind's example config with ``overrides`` laid on top (validated again)."""
+    assert example.example is not None
+    keys = example.example().model_dump(exclude_unset=True)
+    config: ProviderConfig = example.config.model_validate({**keys, **overrides})
+    return config
+
+
 home("supervisor", InstalledKind, installed_kinds, create_provider)
-home("supervisor.provider", ProviderKind)
+home("supervisor.provider", ProviderKind, Readiness)

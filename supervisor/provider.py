@@ -64,6 +64,7 @@ from supervisor._errors import ConfigurationError as ConfigurationError
 from supervisor._handle import Run as Run
 from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
 from supervisor._kinds import ProviderKind as ProviderKind
+from supervisor._kinds import Readiness as Readiness
 from supervisor._registry import Provider as Provider
 from supervisor._run import ProviderRun as ProviderRun
 from supervisor._run import RunContext as RunContext
@@ -111,6 +112,7 @@ __all__ = (
     "ProviderConfig",
     "ProviderKind",
     "ProviderRun",
+    "Readiness",
     "Run",
     "RunContext",
     "SpawnFailed",

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from supervisor import installed_kinds
 from tests.conftest import CGROUP_AVAILABLE, CHILDREN, PYTHON
 
 ACP_CHILD = [PYTHON, "-I", str(CHILDREN / "acp_child.py")]
@@ -229,7 +230,7 @@ dispose_grace_ms = 500
             'provider[0] "acp": cwd: cwd is not an accessible directory',
         ),
         ('kind = "acp"', 'provider[0] "acp": command: required key is missing'),
-        ('kind = "rocket"', "provider[0]: kind: must be one of acp, dsh-sdk, claude-code, codex"),
+        ('kind = "rocket"', f"provider[0]: kind: must be one of {', '.join(installed_kinds())}"),
         (
             'kind = "acp"\ncommand = "x"\nenv = { K = "${SURELY_UNSET_VAR}" }',
             'provider[0] "acp": env.K: environment variable SURELY_UNSET_VAR is not set',
@@ -364,10 +365,11 @@ def test_second_ctrl_c_skips_the_graces(tmp_path: Path) -> None:
     assert doc["quiescent"] is True
 
 
-def test_diagrams_are_current(tmp_path: Path) -> None:
-    committed = Path(__file__).resolve().parent.parent / "diagrams"
-    proc = subagents("diagrams", "--check", str(committed), cwd=tmp_path)
-    assert (proc.returncode, proc.stdout) == (0, f"diagrams in {committed} are current\n"), proc.stderr
+def test_diagrams_written_are_current(tmp_path: Path) -> None:
+    """``--out`` then ``--check`` (the committed ones: ``test_machines``, whatever else is installed)."""
+    assert subagents("diagrams", "--out", str(tmp_path), cwd=tmp_path).returncode == 0
+    proc = subagents("diagrams", "--check", str(tmp_path), cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, f"diagrams in {tmp_path} are current\n"), proc.stderr
 
 
 def test_diagrams_check_catches_a_stale_file(tmp_path: Path) -> None:
@@ -383,9 +385,6 @@ def test_diagrams_check_catches_a_stale_file(tmp_path: Path) -> None:
 def test_providers_lists_the_kinds(tmp_path: Path) -> None:
     proc = subagents("providers", cwd=tmp_path)
     assert proc.returncode == 0
-    assert [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")] == [
-        "acp",
-        "dsh-sdk",
-        "claude-code",
-        "codex",
-    ]
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert listed[:4] == ["acp", "dsh-sdk", "claude-code", "codex"]  # this distribution's first
+    assert listed == list(installed_kinds())  # and every other installed kind

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
+from supervisor import installed_kinds
 from supervisor.process import (
     HOST_TAG_VARIABLE,
     Containment,
@@ -310,16 +311,17 @@ def test_doctor_reports_each_fact_and_succeeds(tmp_path: Path) -> None:
         "containment: ",
         "kernel: ",
         "python: ",
+        "package: subagent-supervisor ",
         "subreaper: ",
-        "provider acp: found",
-        "provider dsh-sdk: found",
-        "provider claude-code: ",
-        "provider codex: ",
+        # one line per installed kind, in order (a third party's too)
+        *(f"provider {name}: " for name in installed_kinds()),
         "example agent: ran (completed)",
     ]
     assert len(lines) == len(prefixes)
     for line, prefix in zip(lines, prefixes, strict=True):
         assert line.startswith(prefix), line
+    assert lines[5].startswith("provider acp: found")
+    assert lines[6].startswith("provider dsh-sdk: found")
     assert os.uname().release in lines[1]
     assert re.fullmatch(
         r"containment: (cgroup \(run leaves under .+\)|process-tree \(cgroup unavailable: .+\))", lines[0]

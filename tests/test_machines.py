@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 from statemachine.exceptions import TransitionNotAllowed
 
 import machines
-from machines import LEAKED, QUIESCENT, SETTLED, AuditTrail, Lifecycle, TeardownLadder, all_machines
+from machines import LEAKED, QUIESCENT, SETTLED, AuditTrail, Lifecycle, TeardownLadder
+from supervisor import installed_kinds
+from supervisor._version import DISTRIBUTION
 from supervisor.cli import _diagrams
 
-LIFECYCLES = [cls for classes in all_machines().values() for cls in classes if issubclass(cls, Lifecycle)]
+# Every installed kind's charts: the built-ins', and any other distribution's installed here.
+LIFECYCLES = [chart for kind in installed_kinds().values() for chart in kind.load().charts]
 FINALS = {QUIESCENT, LEAKED}
 
 
@@ -87,7 +90,17 @@ def test_ladder_walks_down_in_order() -> None:
 
 
 def test_committed_diagrams_are_current() -> None:
-    assert _diagrams.stale(Path(__file__).resolve().parent.parent / "diagrams") == []
+    """``diagrams/`` holds this distribution's charts (another installed kind's are not committed)."""
+    committed = Path(__file__).resolve().parent.parent / "diagrams"
+    assert _diagrams.stale(committed, DISTRIBUTION) == []
+    assert sorted(p.name for p in committed.iterdir()) == sorted(_diagrams.render(DISTRIBUTION))
+
+
+def test_every_builtin_kind_carries_its_chart() -> None:
+    for short, name in _KINDS.items():
+        kind = installed_kinds()[name].load()
+        assert kind.charts == importlib.import_module(f"machines.{short}").MACHINES
+        assert kind.vocabulary.stages == kind.charts[0].STAGES
 
 
 def test_machines_do_no_io() -> None:
@@ -112,6 +125,7 @@ _RUN_MODULES = {
     "codex": ("supervisor/providers/codex", "CodexEvent"),
 }
 ROOT = Path(__file__).resolve().parent.parent
+_KINDS = {"acp": "acp", "dsh_sdk": "dsh-sdk", "claude_code": "claude-code", "codex": "codex"}
 
 
 def _sent_facts(folder: Path) -> list[tuple[str, str]]:
@@ -141,7 +155,7 @@ def _sent_facts(folder: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("short", sorted(_RUN_MODULES))
 def test_every_fact_a_run_sends_is_in_its_table(short: str) -> None:
     folder, enum_name = _RUN_MODULES[short]
-    (chart,) = all_machines()[short]
+    (chart,) = importlib.import_module(f"machines.{short}").MACHINES
     assert issubclass(chart, Lifecycle)
     assert chart.EVENTS.__name__ == enum_name
     table_events = {event for event, _, _ in chart.TABLE}
@@ -180,7 +194,7 @@ def test_a_row_with_an_event_outside_the_enum_is_refused() -> None:
 @pytest.mark.parametrize("short", sorted(_RUN_MODULES))
 def test_vocabulary_stages_are_the_charts(short: str) -> None:
     module = importlib.import_module(f"machines.{short}")
-    (chart,) = all_machines()[short]
+    (chart,) = importlib.import_module(f"machines.{short}").MACHINES
     vocabularies = [v for v in vars(module).values() if isinstance(v, machines.Vocabulary)]
     assert len(vocabularies) == 1
     assert vocabularies[0].stages == chart.STAGES

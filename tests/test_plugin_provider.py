@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from supervisor import installed_kinds
+
 DISTRIBUTION = Path(__file__).resolve().parent / "plugin_provider"
 
 
@@ -87,6 +89,26 @@ def test_cli_flags_follow_what_the_kind_declares(plugin_path: str, tmp_path: Pat
 
 
 def test_without_the_distribution_the_kind_is_unknown(tmp_path: Path) -> None:
+    if "echo" in installed_kinds():
+        pytest.skip("the echo distribution is installed in this environment itself")
     proc = subagents("", "run", "--config", str(write_config(tmp_path)), "hello", cwd=tmp_path)
     assert proc.returncode == 2
-    assert "kind: must be one of acp, dsh-sdk, claude-code, codex\n" in proc.stderr
+    assert f"kind: must be one of {', '.join(installed_kinds())}\n" in proc.stderr
+
+
+def test_doctor_asks_the_kind_itself(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "doctor", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    child = Path(plugin_path) / "echo_provider" / "child.py"
+    assert f"\nprovider echo: found (echo child {child})\n" in proc.stdout
+
+
+def test_diagrams_draw_the_kinds_chart(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "diagrams", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "# `echo_provider`\n" in proc.stdout
+    assert "## EchoLifecycle\n\nThe echo provider's lifecycle.\n\n```mermaid\nstateDiagram-v2" in proc.stdout
+    out = tmp_path / "out"
+    assert subagents(plugin_path, "diagrams", "--out", str(out), cwd=tmp_path).returncode == 0
+    assert "echo_provider.md" in {p.name for p in out.iterdir()}
+    assert subagents(plugin_path, "diagrams", "--check", str(out), cwd=tmp_path).returncode == 0

@@ -60,6 +60,7 @@ AUTHORS = {
     # a kind and its parts
     "PROVIDERS_GROUP",
     "ProviderKind",
+    "Readiness",
     "Provider",
     "ProviderConfig",
     "CommandConfig",
@@ -182,8 +183,10 @@ def test_the_run_protocol_is_what_callers_get() -> None:
 
 def test_kinds_are_found_through_the_entry_point_group() -> None:
     kinds = supervisor.installed_kinds()
-    assert list(kinds) == ["acp", "dsh-sdk", "claude-code", "codex"]
-    assert [k.extra for k in kinds.values()] == [None, None, "claude-code", "codex"]
+    builtin = ["acp", "dsh-sdk", "claude-code", "codex"]
+    assert list(kinds)[:4] == builtin  # this distribution's kinds come first; others may follow
+    assert [kinds[name].extra for name in builtin] == [None, None, "claude-code", "codex"]
+    assert {kinds[name].distribution for name in builtin} == {"subagent-supervisor"}
     assert all(k.entry_point.group == supervisor.PROVIDERS_GROUP for k in kinds.values())
     acp = kinds["acp"].load()
     provider = supervisor.create_provider("acp", acp.config(command="agent"), "mine")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from supervisor._version import DISTRIBUTION
 from supervisor.cli import _diagrams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +21,7 @@ def test_ci_runs_exactly_the_readme_test_line() -> None:
 
 
 def test_readme_shows_every_current_lifecycle_diagram() -> None:
-    for name, text in _diagrams.render().items():
+    for name, text in _diagrams.render(DISTRIBUTION).items():
         if name == "ladder.md":
             continue
         current = re.search(r"```mermaid\n.*?```", text, re.S)

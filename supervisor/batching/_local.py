@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
 from supervisor._handle import Run
+from supervisor._kinds import example_config, example_kind
 from supervisor._public import home
 from supervisor._registry import Provider, Registry, require_asyncio
 from supervisor._seam import StopReason, SubagentRequest
@@ -274,12 +275,14 @@ class _Source:
 
 
 def default_registry(*, stderr: str = "log") -> Registry:
-    """A registry holding the built-in example agent as ``acp`` (no key needed)."""
-    from supervisor.providers.acp import Provider as AcpProvider
-    from supervisor.providers.acp import example_agent_config
-
+    """A registry holding the example agent of the first installed kind that ships one
+    (the built-in keyless ACP example agent, as ``acp``)."""
+    found = example_kind()
+    if found is None:
+        raise ValueError("no installed provider kind ships an example agent: pass a registry")
+    name, kind = found
     registry = Registry()
-    registry.register(AcpProvider(example_agent_config(stderr=stderr), name="acp"))
+    registry.register(kind.provider(example_config(kind, stderr=stderr), name))
     return registry
 
 

@@ -16,14 +16,10 @@ from pydantic import ValidationError
 
 from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
-from supervisor._kinds import installed_kinds, kind
+from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Provider, Registry
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-EXAMPLE_KIND = "acp"
-"""The kind whose built-in example agent ``subagents run`` uses without ``--config`` and
-without a command (the kind's ``example``)."""
 
 
 class ConfigError(Exception):
@@ -63,11 +59,15 @@ class Entry:
 
     @classmethod
     def example(cls, base_dir: Path) -> Entry:
-        """The :data:`EXAMPLE_KIND` entry that runs the kind's built-in example agent."""
-        make = kind(EXAMPLE_KIND).example
-        assert make is not None, f"the {EXAMPLE_KIND} kind ships no example agent"
-        keys = make().model_dump(exclude_unset=True)
-        return cls(kind=EXAMPLE_KIND, name=EXAMPLE_KIND, keys=keys, where="command line", base_dir=base_dir)
+        """The entry that runs the example agent of the first installed kind that ships one
+        (``subagents run`` without ``--config``; ``mcp`` and ``batch`` without one)."""
+        found = example_kind()
+        if found is None:
+            raise ConfigError("no installed provider kind ships an example agent: give --config")
+        name, loaded = found
+        assert loaded.example is not None
+        keys = loaded.example().model_dump(exclude_unset=True)
+        return cls(kind=name, name=name, keys=keys, where="command line", base_dir=base_dir)
 
     def provider(self, config: ProviderConfig) -> Provider:
         try:

@@ -1,27 +1,29 @@
 """``subagents doctor``: what this machine and this install can do, one line per fact.
 
 The lines: the containment available (and why cgroup mode is not), the kernel,
-Python, the child subreaper, each provider kind's executable or extra, and a real
-run of the built-in example agent.  The status is 0 when that run completed: the
-base install works here.
+Python, which package the import name ``supervisor`` is, the child subreaper, one
+line per installed provider kind (its own readiness check), and a real run of the
+example agent.  The status is 0 when that run completed: the base install works here.
+No kind is named here: each one answers for itself.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib
-import importlib.util
 import os
 import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import anyio
 
+import supervisor
+from supervisor._kinds import PROVIDERS_GROUP, example_config, example_kind, loaded_kinds
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
-from supervisor._version import distribution_version
+from supervisor._version import DISTRIBUTION, package_version
 from supervisor.process import detect_containment
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -34,6 +36,24 @@ def containment_line() -> str:
     if found.cgroup_base is not None:
         return f"containment: cgroup (run leaves under {found.cgroup_base})"
     return f"containment: process-tree (cgroup unavailable: {found.reason})"
+
+
+def package_line(package: ModuleType = supervisor) -> str:
+    """Which package the import name ``supervisor`` is here.
+
+    supervisord's Python package is imported as ``supervisor`` too: installed into one
+    environment, the two share one ``site-packages/supervisor`` directory and overwrite
+    each other's files.  This one declares the entry-point group of provider kinds and
+    ships no ``supervisord.py``; anything else means the two were mixed.
+    """
+    where = Path(package.__file__ or "?").parent
+    ours = getattr(package, "PROVIDERS_GROUP", None) == PROVIDERS_GROUP
+    if not ours or (where / "supervisord.py").exists():
+        return (
+            f"package: supervisord shares the import name `supervisor` here ({where}); "
+            f"it and {DISTRIBUTION} cannot share one environment"
+        )
+    return f"package: {DISTRIBUTION} {package_version()} (import supervisor: {where})"
 
 
 def subreaper_line() -> str:
@@ -54,46 +74,39 @@ def subreaper_line() -> str:
 
 
 def provider_lines() -> list[str]:
-    from supervisor.providers.acp import EXAMPLE_AGENT
-
+    """``provider <kind>: found|missing (<detail>)``, one line per installed kind, in order."""
     lines = []
-    if EXAMPLE_AGENT.is_file() and importlib.util.find_spec("acp") is not None:
-        lines.append(f"provider acp: found (built-in example agent {EXAMPLE_AGENT})")
-    else:
-        lines.append("provider acp: missing (the example agent or the acp SDK is not installed)")
-    lines.append("provider dsh-sdk: found (base install; the runtime is the configured command)")
-    if importlib.util.find_spec("claude_agent_sdk") is not None:
-        sdk = distribution_version("claude-agent-sdk") or "unknown version"
-        lines.append(f"provider claude-code: found (claude-agent-sdk {sdk})")
-    else:
-        lines.append("provider claude-code: missing (install the claude-code extra)")
-    lines.append(_codex_line())
+    for name, kind in loaded_kinds():
+        if kind is None:
+            lines.append(f"provider {name}: missing (its module could not be imported)")
+            continue
+        if kind.ready is None:
+            lines.append(f"provider {name}: installed (the kind has no readiness check)")
+            continue
+        try:
+            readiness = kind.ready()
+        except Exception as exc:
+            lines.append(f"provider {name}: missing (its readiness check failed: {type(exc).__name__})")
+            continue
+        lines.append(f"provider {name}: {'found' if readiness.ok else 'missing'} ({readiness.detail})")
     return lines
 
 
-def _codex_line() -> str:
-    """The ``openai-codex-cli-bin`` wheel's binary, resolved as the codex provider does."""
-    try:
-        module = importlib.import_module("codex_cli_bin")
-        path = Path(module.bundled_codex_path())
-    except (ImportError, OSError, AttributeError, TypeError, ValueError):
-        return "provider codex: missing (install the codex extra, or set codex_path)"
-    if not path.is_file() or not os.access(path, os.X_OK):
-        return f"provider codex: missing ({path} is not executable; set codex_path)"
-    return f"provider codex: found ({path})"
-
-
 async def _run_example() -> str | None:
-    from supervisor.providers import acp
-
-    config = acp.example_agent_config(stderr="discard")
-    run = acp.Provider(config).create_run(SubagentRequest(task="doctor", parent_cwd=Path.cwd()))
+    found = example_kind()
+    if found is None:
+        return None
+    name, kind = found
+    provider = kind.provider(example_config(kind, stderr="discard"), name)
+    run = provider.create_run(SubagentRequest(task="doctor", parent_cwd=Path.cwd()))
     with anyio.move_on_after(EXAMPLE_TIMEOUT_SECONDS):
         return (await supervise(run)).stop_reason
     return None
 
 
 def example_line() -> tuple[str, bool]:
+    if example_kind() is None:
+        return "example agent: none (no installed kind ships one)", False
     stop = anyio.run(_run_example, backend="asyncio")
     if stop == StopReason.COMPLETED:
         return "example agent: ran (completed)", True
@@ -105,6 +118,7 @@ def doctor(write: Callable[[str], object]) -> int:
     write(containment_line())
     write(f"kernel: {platform.system()} {os.uname().release}")
     write(f"python: {platform.python_version()} ({sys.executable})")
+    write(package_line())
     write(subreaper_line())
     for line in provider_lines():
         write(line)

@@ -39,7 +39,7 @@ from supervisor._sequence import RunOutcome, supervise
 from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _mcp as _mcp_cli
-from supervisor.cli._config_file import EXAMPLE_KIND, ConfigError, Entry, load_file
+from supervisor.cli._config_file import ConfigError, Entry, load_file
 from supervisor.process import CwdError, SpawnFailed, check_directory
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -157,9 +157,9 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
                 raise ConfigError(f"{args.config}: no provider named {args.provider!r} (have: {names})")
             entry = matches[0]
     else:
-        if args.provider not in (None, EXAMPLE_KIND):
-            raise ConfigError(f"--provider needs --config (without it the provider is {EXAMPLE_KIND})")
         entry = Entry.example(parent_cwd)
+        if args.provider not in (None, entry.name):
+            raise ConfigError(f"--provider needs --config (without it the provider is {entry.name})")
     if command:
         if not entry.runs_a_command:
             raise ConfigError(f"-- COMMAND applies to entries that run a command, not {entry.kind}")

@@ -14,20 +14,13 @@ Telemetry is off unless one of three things turns it on:
 While off, every run gets :data:`NOOP`, whose hooks cost one method call each and
 import nothing; the OpenTelemetry packages are imported only by ``_otel`` once
 telemetry is turned on.
-
-The ACP SDK opens spans of its own whose ``method`` attribute is whatever method name
-the child sent; they are switched off whenever the SDK is imported
-(:func:`import_acp_untraced`), so child text never reaches a trace through them.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from machines import Transition, TransitionSink
@@ -231,31 +224,6 @@ def attached(carrier: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         _otel.detach(token)
-
-
-def import_acp_untraced() -> ModuleType:
-    """Import the ACP SDK with its own spans switched off; return the ``acp`` module.
-
-    The SDK's ``acp.request`` / ``acp.notification`` spans carry the method name the
-    child sent, and would reach any global tracer provider.  When OpenTelemetry is not
-    loaded yet, the SDK's optional import of it is refused for the moment of the SDK's
-    import (so a run without telemetry never loads it); either way the SDK's tracer is
-    then switched off.
-    """
-    if "acp" not in sys.modules:
-        refused = [name for name in ("opentelemetry", "logfire") if name not in sys.modules]
-        for name in refused:
-            sys.modules[name] = None  # type: ignore[assignment]  # makes that import fail
-        try:
-            importlib.import_module("acp")
-        finally:
-            for name in refused:
-                if sys.modules.get(name, ...) is None:
-                    del sys.modules[name]
-    sdk_telemetry = importlib.import_module("acp.telemetry")
-    for switch in ("TRACER", "logfire_span"):  # the SDK opens spans only when either is set
-        setattr(sdk_telemetry, switch, None)
-    return importlib.import_module("acp")
 
 
 def transition_attributes(entry: Transition) -> dict[str, str]:

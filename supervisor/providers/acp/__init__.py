@@ -5,12 +5,13 @@ The parent side imports the ``acp`` SDK lazily, only once an ACP run needs it.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 from machines import TransitionSink
-from machines.acp import ACP_VOCABULARY
-from supervisor._kinds import ProviderKind
+from machines.acp import ACP_VOCABULARY, MACHINES
+from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.providers.acp._config import Config
@@ -41,7 +42,21 @@ class Provider:
         return AcpRun(RunContext(self.name, self.config, request, trace))
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=ACP_VOCABULARY, example=example_agent_config)
+def readiness() -> Readiness:
+    """``subagents doctor``: the ACP SDK and the example agent are part of the base install."""
+    if EXAMPLE_AGENT.is_file() and importlib.util.find_spec("acp") is not None:
+        return Readiness(True, f"built-in example agent {EXAMPLE_AGENT}")
+    return Readiness(False, "the example agent or the acp SDK is not installed")
+
+
+KIND = ProviderKind(
+    config=Config,
+    provider=Provider,
+    vocabulary=ACP_VOCABULARY,
+    example=example_agent_config,
+    charts=MACHINES,
+    ready=readiness,
+)
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 
 __all__ = ("KIND", "AcpRun", "Config", "Provider", "example_agent_config")

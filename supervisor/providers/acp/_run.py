@@ -19,7 +19,7 @@ from supervisor.process import (
     TeardownReport,
 )
 from supervisor.providers.acp._config import Config
-from supervisor.telemetry._switch import import_acp_untraced
+from supervisor.providers.acp._untraced import import_acp_untraced
 from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:

@@ -15,16 +15,18 @@ by default); a ``can_use_tool`` callback that denies and records the decision (n
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
 
 from machines import TransitionSink
-from machines.claude_code import CLAUDE_CODE_VOCABULARY
+from machines.claude_code import CLAUDE_CODE_VOCABULARY, MACHINES
 from supervisor._errors import ConfigurationError
 from supervisor._handle import Run
-from supervisor._kinds import ProviderKind
+from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._version import distribution_version
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
 
@@ -77,7 +79,18 @@ class Provider:
         return ClaudeCodeRun(context, cli=self.cli, sdk_version=self.sdk_version)
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=CLAUDE_CODE_VOCABULARY)
+def readiness() -> Readiness:
+    """``subagents doctor``: is claude-agent-sdk (which bundles the CLI) installed?"""
+    if importlib.util.find_spec("claude_agent_sdk") is None:
+        return Readiness(False, "install the claude-code extra")
+    return Readiness(
+        True, f"claude-agent-sdk {distribution_version('claude-agent-sdk') or 'unknown version'}"
+    )
+
+
+KIND = ProviderKind(
+    config=Config, provider=Provider, vocabulary=CLAUDE_CODE_VOCABULARY, charts=MACHINES, ready=readiness
+)
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 
 __all__ = ("KIND", "MISSING_SDK", "Config", "PermissionMode", "Provider")

@@ -28,14 +28,13 @@ granting authority and reported in the permission line of a failed run):
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 from pathlib import Path
 
 from machines import TransitionSink
-from machines.codex import CODEX_VOCABULARY
+from machines.codex import CODEX_VOCABULARY, MACHINES
 from supervisor._errors import ConfigurationError
-from supervisor._kinds import ProviderKind
+from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.process import Containment
@@ -113,5 +112,20 @@ class Provider:
         return f"<codex Provider {self.name!r} mode={self.config.permission_mode.value}>"
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=CODEX_VOCABULARY)
+def readiness() -> Readiness:
+    """``subagents doctor``: the ``openai-codex-cli-bin`` wheel's binary, resolved as a run
+    without ``codex_path`` resolves it."""
+    try:
+        module = importlib.import_module(_WHEEL_MODULE)
+        path = Path(module.bundled_codex_path())
+    except (ImportError, OSError, AttributeError, TypeError, ValueError):
+        return Readiness(False, "install the codex extra, or set codex_path")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return Readiness(False, f"{path} is not executable; set codex_path")
+    return Readiness(True, str(path))
+
+
+KIND = ProviderKind(
+    config=Config, provider=Provider, vocabulary=CODEX_VOCABULARY, charts=MACHINES, ready=readiness
+)
 """Registered under the ``subagent_supervisor.providers`` entry point."""

@@ -11,8 +11,8 @@ until the root session is idle; teardown is the ``shutdown`` request bounded by
 from __future__ import annotations
 
 from machines import TransitionSink
-from machines.dsh_sdk import DSH_SDK_VOCABULARY
-from supervisor._kinds import ProviderKind
+from machines.dsh_sdk import DSH_SDK_VOCABULARY, MACHINES
+from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
 from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
 from supervisor.process import Containment
@@ -41,7 +41,14 @@ class Provider:
         return DshSdkRun(RunContext(self.name, self.config, request, trace, self._tree))
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=DSH_SDK_VOCABULARY)
+def readiness() -> Readiness:
+    """``subagents doctor``: the client is part of the base install; the runtime is configured."""
+    return Readiness(True, "base install; the runtime is the configured command")
+
+
+KIND = ProviderKind(
+    config=Config, provider=Provider, vocabulary=DSH_SDK_VOCABULARY, charts=MACHINES, ready=readiness
+)
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 
 __all__ = ("KIND", "MAX_SAFE_INTEGER", "Config", "DshSdkRun", "Provider")

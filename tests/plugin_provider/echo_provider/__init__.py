@@ -1,4 +1,4 @@
-"""A complete provider kind in one module: chart, vocabulary, config, run, provider.
+"""A complete provider kind in one module: chart, vocabulary, config, run, provider, readiness.
 
 It speaks a trivial line protocol with its child (``ready``, then ``echo: <task>``)
 and uses nothing but the authors' module of ``subagent-supervisor`` (``supervisor.provider``).
@@ -16,6 +16,7 @@ from supervisor.provider import (
     ProviderConfig,
     ProviderKind,
     ProviderRun,
+    Readiness,
     Run,
     RunContext,
     StepFailed,
@@ -116,4 +117,11 @@ class Provider:
         return EchoRun(RunContext(self.name, self.config, request, trace))
 
 
-KIND = ProviderKind(config=Config, provider=Provider, vocabulary=VOCABULARY)
+def readiness() -> Readiness:
+    """What ``subagents doctor`` says of this kind."""
+    return Readiness(CHILD.is_file(), f"echo child {CHILD}")
+
+
+KIND = ProviderKind(
+    config=Config, provider=Provider, vocabulary=VOCABULARY, charts=(EchoLifecycle,), ready=readiness
+)
