@@ -51,6 +51,10 @@ class IntegerField:
 
 LineField = ClosedField | IntegerField
 
+BASE_CATEGORIES = frozenset({"unknown"})
+"""Categories the base run itself reports for every kind (a provider task that raised, a
+failed teardown); with ``start_timeout_category``, every vocabulary must name them."""
+
 
 @dataclass(frozen=True, slots=True)
 class DecisionField:
@@ -95,6 +99,11 @@ class Vocabulary:
     def __post_init__(self) -> None:
         if not self.label or not self.stages:
             raise ValueError("a vocabulary needs a label and at least one stage")
+        missing = BASE_CATEGORIES - self.categories
+        if missing:  # refused now, not when a run first fails
+            raise ValueError(
+                f"{self.label}: the vocabulary lacks the categories every run may report: {sorted(missing)}"
+            )
         unknown = (self.exit_categories | {self.start_timeout_category}) - self.categories
         if self.teardown_stage not in self.stages:
             unknown |= {self.teardown_stage}

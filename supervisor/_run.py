@@ -15,9 +15,13 @@ class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 Everything before publication runs under the config's ``start_timeout_ms``; a start
 that overruns it fails in its current stage as the vocabulary's ``start_timeout_category``.
 
-Everything else (abort and cancellation rules, the single settlement, rollback and
-dispose over the whole tree, the audit trail, the diagnostic bound) lives here, so
-every provider behaves the same at the seam.  A run is built from one
+Everything else (abort and cancellation rules, the single settlement, the output cap,
+rollback and dispose over the whole tree, the audit trail, the diagnostic bound) lives
+here, so every provider behaves the same at the seam.  A provider's bug keeps those
+promises too: a hook or a task on the run's task group that raises settles the run as
+an ``unknown`` failure (:mod:`supervisor._guard`), and the tree is torn down by the
+dispose that follows; ``dispose()`` reaches the teardown whatever the provider's
+``partial_output()`` or chart does.  A run is built from one
 :class:`RunContext`; callers see it only as a :class:`~supervisor.Run`.
 """
 
@@ -40,9 +44,11 @@ from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._guard import GuardedTaskGroup
 from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._text import cap_text
 from supervisor.process import (
     Containment,
     CwdError,
@@ -128,6 +134,10 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._remove_abort: Callable[[], None] = lambda: None
         self._output_arrived = anyio.Event()
         self._remote_cancel_done: anyio.Event | None = None
+        self._start_scope: anyio.CancelScope | None = None
+        self._task_error: Exception | None = None
+        self._categories: dict[str, str] = {}  # failure line -> category, of the facts built here
+        self._failure_category: str | None = None
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -189,11 +199,11 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if self._result is not None:
             return
         self._cancelled_locally = True
-        self._settle(SubagentResult(output=self.partial_output(), stop_reason=StopReason.ABORTED))
+        self._settle(SubagentResult(output=self._partial_or_empty(), stop_reason=StopReason.ABORTED))
         if self._published:  # before publication, the start's own rollback records the end
-            self.machine.send(CommonEvent.CANCELLED)
+            self._record(CommonEvent.CANCELLED)
         self._drive_scope.cancel()
-        if self._task_group is not None:
+        if self._task_group is not None and not self._closed.is_set():  # never on a closed group
             self._remote_cancel_done = anyio.Event()
             self._task_group.start_soon(self._best_effort_remote_cancel, self._remote_cancel_done)
 
@@ -201,9 +211,17 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """Reach whole-tree quiescence or raise :class:`TeardownFailed`.  Idempotent."""
         if self._dispose_done is None:
             self._dispose_done = anyio.Event()
+            if self._task_group is None or (not self._published and self._closed.is_set()):
+                self._dispose_done.set()  # never started, or a failed start rolled back: nothing here
+                return
             with anyio.CancelScope(shield=True):
                 try:
-                    self.cancel()
+                    try:
+                        self.cancel()
+                    except Exception as exc:  # whatever cancel() does, the teardown runs
+                        log.error("run %s: local cancellation failed; tearing down anyway", self.id)
+                        raw_failure("run %s: the raw cancellation failure", self.id, exc=exc)
+                        self._settle(SubagentResult(output="", stop_reason=StopReason.ABORTED))
                     self._dispose_error = await self._teardown(CommonEvent.DISPOSE_REQUESTED)
                 finally:
                     self._dispose_done.set()
@@ -266,15 +284,18 @@ class ProviderRun(ABC, Generic[ConfigT]):
         rows of the chart; anything else the chart does not allow raises."""
         self.machine.send(event)
 
-    def resolve_cwd(self, *, category: str = "configuration") -> Path:
+    def resolve_cwd(self, *, category: str | None = None) -> Path:
         """The workspace: the configured cwd, else the request's parent cwd, validated now.
 
         Neither, or an unusable one, fails the start in the current stage as ``category``
-        (the path itself goes only to ``__cause__``).
+        (default: ``configuration`` when the vocabulary names it, else ``unknown``; the
+        path itself goes only to ``__cause__``).
         """
         try:
             return resolve_run_cwd(self.config.cwd, self.request.parent_cwd)
         except CwdError as exc:
+            if category is None:
+                category = "configuration" if "configuration" in self.vocabulary.categories else "unknown"
             raise StepFailed(self.failure(category)) from exc
 
     def spawn_spec(self, argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> SpawnSpec:
@@ -323,7 +344,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
     ) -> FailureFacts:
         """Facts for a failure in the current stage (or ``stage``), checked against the
         provider's vocabulary; ``fields`` are its extra closed fields by key."""
-        return FailureFacts(
+        facts = FailureFacts(
             self.vocabulary,
             self.stage if stage is None else stage,
             category,
@@ -331,6 +352,15 @@ class ProviderRun(ABC, Generic[ConfigT]):
             signal=signal,
             **fields,
         )
+        self._categories[facts.line()] = category  # telemetry's error.type: a fact, not parsed text
+        return facts
+
+    @property
+    def failure_category(self) -> str | None:
+        """The category of the failure the run settled with: of the ``StepFailed`` it raised,
+        or of the facts (built with :meth:`failure`) whose line starts the result's
+        diagnostic; None for a success, a cancellation or a line built elsewhere."""
+        return self._failure_category
 
     def note_output(self) -> None:
         """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""
@@ -359,13 +389,14 @@ class ProviderRun(ABC, Generic[ConfigT]):
         # otherwise leave that (shielded) task running with nobody to close it.  A pending
         # cancellation then arrives at the handshake's first checkpoint, which rolls back.
         with anyio.CancelScope(shield=True):
-            self._task_group = await task_group.start(self._host)
+            self._task_group = GuardedTaskGroup(await task_group.start(self._host), self._task_failed)
         if abort is not None and abort.aborted:
             await self._rollback(CommonEvent.START_ABORTED)
             raise StartAborted(self._aborted_text())
         failure: StepFailed | None = None
         try:
             with anyio.CancelScope() as scope:
+                self._start_scope = scope  # a task that fails during the start cancels it
                 remove = abort.add_callback(scope.cancel) if abort is not None else (lambda: None)
                 try:
                     with anyio.move_on_after(self.config.start_timeout) as deadline:
@@ -386,7 +417,11 @@ class ProviderRun(ABC, Generic[ConfigT]):
             if teardown_error is not None:
                 log.error("run %s: rollback after cancellation failed: %s", self.id, teardown_error)
             raise
-        if scope.cancelled_caught:
+        if self._task_error is not None:  # a task of the run failed (and cancelled the start)
+            if failure is None:
+                failure = StepFailed(self.failure("unknown"))
+                failure.__cause__ = self._task_error
+        elif scope.cancelled_caught:
             teardown_error = await self._rollback(CommonEvent.START_ABORTED)
             if teardown_error is not None:
                 raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
@@ -403,7 +438,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raise StartFailed(text, quiescent=teardown_error is None) from failure
         self._published = True
         if self._cancelled_locally:  # cancelled while starting: settled already
-            self.machine.send(CommonEvent.CANCELLED)
+            self._record(CommonEvent.CANCELLED)
         if abort is not None:
             self._remove_abort = abort.add_callback(self.cancel)
         self.task_group.start_soon(self._drive_and_settle)
@@ -435,29 +470,89 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     # -- settle -----------------------------------------------------------------------
 
-    def _settle(self, result: SubagentResult) -> None:
-        if self._result is None:
-            self._result = result
-            self._settled.set()
+    def _settle(self, result: SubagentResult, *, category: str | None = None) -> None:
+        """Settle once: the output capped to ``max_output_bytes`` whatever the provider
+        collected, the failure's category kept as a fact."""
+        if self._result is not None:
+            return
+        output = cap_text(result.output, self.config.max_output_bytes)
+        if output is not result.output:
+            result = result.model_copy(update={"output": output})
+        if category is None and result.diagnostic:
+            category = self._categories.get(result.diagnostic.split("\n", 1)[0])
+        self._failure_category = category
+        self._result = result
+        self._settled.set()
+
+    def _settle_failure(self, facts: FailureFacts, extra_line: str | None = None) -> None:
+        """Settle as a failure with ``facts`` (partial output kept)."""
+        if self._result is None and not self._cancelled_locally and self.machine.state_name != SETTLED:
+            self._record(CommonEvent.FAILED)
+        diagnostic = join_lines(facts.line(), extra_line)
+        result = SubagentResult(
+            output=self._partial_or_empty(), stop_reason=StopReason.ERROR, diagnostic=diagnostic
+        )
+        self._settle(result, category=facts.category)
 
     async def _drive_and_settle(self) -> None:
         result: SubagentResult | None = None
         with self._drive_scope:
             try:
                 result = await self.drive()
+            except StepFailed as exc:  # its category is kept
+                log.warning("run %s: failed in stage %s", self.id, self.stage)
+                if exc.__cause__ is not None:
+                    raw_failure("run %s: the raw failure", self.id, exc=exc.__cause__)
+                self._settle_failure(exc.facts, exc.extra_line)
+                return
             except Exception as exc:
                 log.warning("run %s: failed in stage %s", self.id, self.stage)
                 raw_failure("run %s: the raw failure", self.id, exc=exc)
-                result = SubagentResult(
-                    output=self.partial_output(),
-                    stop_reason=StopReason.ERROR,
-                    diagnostic=self.failure("unknown").line(),
-                )
-        if result is None:  # cancelled locally: already settled
+                self._settle_failure(self.failure("unknown"))
+                return
+        if result is None:  # cancelled locally (or a task failed): already settled
             return
         if not self._cancelled_locally and self.machine.state_name != SETTLED:
-            self.machine.send(CommonEvent.FAILED)
+            self._record(CommonEvent.FAILED)
         self._settle(result)
+
+    def _task_failed(self, exc: Exception) -> None:
+        """A task on the run's task group raised (a provider's bug, as a rule).
+
+        Before publication the start is cancelled and fails as ``unknown``; after it the
+        run settles as an ``unknown`` failure at once.  Either way the tree is torn down
+        (by the rollback, or by the dispose every published run gets) and the error
+        itself goes to the host log only: it never reaches the caller's task group.
+        """
+        log.error("run %s: a task of the run failed in stage %s", self.id, self.stage)
+        raw_failure("run %s: the raw task failure", self.id, exc=exc)
+        if self._task_error is None:
+            self._task_error = exc
+        if not self._published:
+            if self._start_scope is not None:
+                self._start_scope.cancel()
+            return
+        self._drive_scope.cancel()
+        if self._result is None:
+            self._settle_failure(self.failure("unknown"))
+
+    def _partial_or_empty(self) -> str:
+        """The provider's partial output, or nothing when asking for it fails."""
+        try:
+            return self.partial_output()
+        except Exception as exc:
+            log.error("run %s: partial_output() failed", self.id)
+            raw_failure("run %s: the raw partial_output failure", self.id, exc=exc)
+            return ""
+
+    def _record(self, event: CommonEvent) -> None:
+        """Feed a fact the base itself observed.  A chart a provider left where the common
+        rows do not reach must not stop a settlement or a teardown: the refusal is logged
+        (and the audit trail lacks that entry), the run goes on."""
+        try:
+            self.machine.send(event)
+        except Exception:
+            log.error("run %s: the chart refused %s in state %s", self.id, event, self.machine.state_name)
 
     async def _best_effort_remote_cancel(self, done: anyio.Event) -> None:
         try:
@@ -473,7 +568,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
     async def _teardown(self, event: CommonEvent) -> TeardownFailed | None:
         """Move into the teardown stage, take the tree down, and record the outcome."""
         self._remove_abort()
-        self.machine.send(event)
+        self._record(event)
         report: TeardownReport | None = None
         if self._remote_cancel_done is not None:  # let the protocol's cancel go out first
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
@@ -496,12 +591,17 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raw_failure("run %s: the raw release failure", self.id, exc=exc)
         self._quiescent = report is None or report.quiescent
         if self._quiescent:
-            self.machine.send(CommonEvent.TREE_GONE)
+            self._record(CommonEvent.TREE_GONE)
             return None
         assert report is not None
         log.error("run %s: tree not gone after SIGKILL; survivors %s", self.id, report.survivors)
-        self.machine.send(CommonEvent.TREE_SURVIVED)
-        line = self.teardown_facts(report).line()
+        self._record(CommonEvent.TREE_SURVIVED)
+        try:
+            facts = self.teardown_facts(report)
+        except Exception as exc:
+            raw_failure("run %s: teardown_facts() failed", self.id, exc=exc)
+            facts = ProviderRun.teardown_facts(self, report)
+        line = facts.line()
         return TeardownFailed(bound_diagnostic(line) or line)
 
     def force_kill(self) -> None:

@@ -137,7 +137,21 @@ def test_an_overrun_start_category_outside_the_vocabulary_is_refused() -> None:
             categories=frozenset({"unknown"}),
             start_timeout_category="timeout",
         )
-    with pytest.raises(ValueError, match=r"names outside the vocabulary: \['unknown'\]"):
+    with pytest.raises(ValueError, match=r"lacks the categories every run may report: \['unknown'\]"):
+        Vocabulary(label="X", stages=("go", "teardown"), categories=frozenset({"transport"}))
+
+
+def test_a_vocabulary_without_the_base_categories_is_refused_when_built() -> None:
+    """The base run reports ``unknown`` for every kind (a task that raised, a failed teardown):
+    a vocabulary without it would break at that moment, so it is refused at once."""
+    from machines import Vocabulary
+
+    with pytest.raises(
+        ValueError, match=r"^X: the vocabulary lacks the categories every run may report: \['unknown'\]$"
+    ):
         Vocabulary(
-            label="X", stages=("go", "teardown"), categories=frozenset({"transport"})
-        )  # the default is unknown
+            label="X",
+            stages=("go", "teardown"),
+            categories=frozenset({"transport"}),
+            start_timeout_category="transport",
+        )

@@ -1,0 +1,93 @@
+"""The run's task group as a provider sees it: a task that raises is reported, not spread.
+
+In a plain anyio task group, a task that raises cancels every sibling and the error
+leaves the group.  For a run that would be the worst order of events: the exit watcher
+and the readers the teardown needs are cancelled, the group (and with it the caller's)
+raises an ``ExceptionGroup``, and the child and its descendants keep running.  So the
+tasks a run starts (the provider's readers, the process layer's watchers, the base's
+own) run under :class:`GuardedTaskGroup`: an ``Exception`` a task raises goes to the
+run (``on_error``), which settles as an ``unknown`` failure and is torn down like any
+other failed run; siblings keep running until that teardown.  Cancellation and other
+``BaseException``\\ s pass through untouched (trio's ``run_process`` rule: the child is
+gone before an error arrives, and the caller's cancellation is never eaten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from contextvars import Context
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from anyio import TaskHandle
+from anyio.abc import TaskGroup, TaskStatus
+
+T = TypeVar("T")
+
+
+class GuardedTaskGroup(TaskGroup):
+    """Starts tasks in ``group``; an exception one of them raises goes to ``on_error``.
+
+    A task started with :meth:`start` that raises before it reports readiness raises to
+    its starter, as anyio's would (the starter is the run's own code, which turns it into
+    a failure); once started, it is guarded like any other.  The group itself belongs to
+    the run: entering or leaving it here is refused.
+    """
+
+    def __init__(self, group: TaskGroup, on_error: Callable[[Exception], None]) -> None:
+        self._group = group
+        self._on_error = on_error
+        self.cancel_scope = group.cancel_scope
+
+    def create_task(
+        self, coro: Coroutine[Any, Any, T], *, name: object = None, context: Context | None = None
+    ) -> TaskHandle[Any]:
+        return self._group.create_task(self._guarded(coro), name=name, context=context)
+
+    async def start(
+        self,
+        func: Callable[..., Coroutine[Any, Any, Any]],
+        *args: object,
+        name: object = None,
+        return_handle: Literal[False, True] = False,
+    ) -> Any:
+        async def guarded(*, task_status: TaskStatus[Any]) -> None:
+            status = _Status(task_status)
+            try:
+                await func(*args, task_status=status)
+            except Exception as exc:
+                if not status.reported:
+                    raise  # the starter gets it
+                self._on_error(exc)
+
+        return await self._group.start(guarded, name=name, return_handle=return_handle)
+
+    async def _guarded(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        try:
+            return await coro
+        except Exception as exc:
+            self._on_error(exc)
+            return None
+
+    async def __aenter__(self) -> TaskGroup:
+        raise RuntimeError("a run's task group is entered by the run itself")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool:
+        raise RuntimeError("a run's task group is left by the run itself")
+
+
+class _Status(TaskStatus[Any]):
+    """Remembers whether the task reported readiness."""
+
+    def __init__(self, inner: TaskStatus[Any]) -> None:
+        self._inner = inner
+        self.reported = False
+
+    def started(self, value: Any = None) -> None:
+        self.reported = True
+        self._inner.started(value)
