@@ -49,9 +49,9 @@ from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
 from supervisor._sequence import RunOutcome as RunOutcome
 from supervisor._sequence import supervise as supervise
-from supervisor.batching._local import BatchError as BatchError
-from supervisor.batching._local import BatchItem as BatchItem
-from supervisor.batching._local import BatchRecord as BatchRecord
+from supervisor.batching._jobs import BatchError as BatchError
+from supervisor.batching._jobs import BatchItem as BatchItem
+from supervisor.batching._jobs import BatchRecord as BatchRecord
 from supervisor.batching._local import batch as batch
 from supervisor.process import ExitFacts as ExitFacts
 from supervisor.process import StderrMode as StderrMode

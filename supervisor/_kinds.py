@@ -157,6 +157,15 @@ def loaded_kinds() -> Iterator[tuple[str, ProviderKind[Any] | None]]:
         yield name, loaded
 
 
+def kind_name(vocabulary: Vocabulary) -> str:
+    """The name of the installed kind whose vocabulary this is (``unknown`` when none is);
+    telemetry's ``subagent.kind``, looked up only when a span is made."""
+    for name, loaded in loaded_kinds():
+        if loaded is not None and loaded.vocabulary is vocabulary:
+            return name
+    return "unknown"
+
+
 def example_kind() -> tuple[str, ProviderKind[Any]] | None:
     """The kind whose keyless example agent runs when nothing is configured: the first
     installed kind that ships one (this distribution's kinds come first)."""

@@ -45,6 +45,7 @@ from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._guard import GuardedTaskGroup
+from supervisor._kinds import kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
@@ -138,6 +139,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._task_error: Exception | None = None
         self._categories: dict[str, str] = {}  # failure line -> category, of the facts built here
         self._failure_category: str | None = None
+        self._teardown_category: str | None = None
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -357,10 +359,21 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def failure_category(self) -> str | None:
-        """The category of the failure the run settled with: of the ``StepFailed`` it raised,
-        or of the facts (built with :meth:`failure`) whose line starts the result's
-        diagnostic; None for a success, a cancellation or a line built elsewhere."""
+        """The category the run failed with (telemetry's ``error.type``, a fact): of the
+        ``StepFailed`` its start or drive raised, or of the facts (built with
+        :meth:`failure`) whose line starts the result's diagnostic; None for a success, a
+        cancellation, or a line built some other way."""
         return self._failure_category
+
+    @property
+    def teardown_category(self) -> str | None:
+        """The category of a failed teardown; None while the tree was proven gone."""
+        return self._teardown_category
+
+    @property
+    def kind(self) -> str:
+        """The installed kind this run is of (looked up by its vocabulary), or ``unknown``."""
+        return kind_name(self.vocabulary)
 
     def note_output(self) -> None:
         """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""
@@ -427,6 +440,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
             raise StartAborted(self._aborted_text())
         if failure is not None:
+            self._failure_category = failure.facts.category
             log.info("run %s: start failed: %s", self.id, failure.diagnostic)
             if failure.__cause__ is not None:
                 raw_failure("run %s: the raw start failure", self.id, exc=failure.__cause__)
@@ -601,6 +615,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         except Exception as exc:
             raw_failure("run %s: teardown_facts() failed", self.id, exc=exc)
             facts = ProviderRun.teardown_facts(self, report)
+        self._teardown_category = facts.category
         line = facts.line()
         return TeardownFailed(bound_diagnostic(line) or line)
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from supervisor import AbortSignal, BatchError, BatchRecord, StderrMode, batch
-from supervisor.batching._local import BatchEvents
+from supervisor.batching._jobs import BatchEvents
 from supervisor.cli._batch_progress import BatchProgress
 from tests.conftest import CHILDREN, PYTHON, SESSION_TAG, SESSION_VARIABLE
 

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from supervisor._abort import AbortSignal
-from supervisor.batching._local import BatchError, BatchEvents, BatchJob, BatchRecord, Outcome, run_job
+from supervisor.batching._jobs import BatchError, BatchEvents, BatchJob, BatchRecord, Outcome, run_job
 from supervisor.telemetry import _switch as _telemetry
 
 log = logging.getLogger("supervisor")

@@ -23,7 +23,8 @@ import anyio
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
 from supervisor._registry import Registry
-from supervisor.batching._local import BatchEvents, batch, to_json
+from supervisor.batching._jobs import BatchEvents, to_json
+from supervisor.batching._local import batch
 from supervisor.cli._config_file import ConfigError, load_registry
 
 EXIT_OK, EXIT_FAILED = 0, 1

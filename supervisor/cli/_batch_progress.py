@@ -12,7 +12,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from supervisor.batching._local import BatchError, BatchRecord, Outcome
+from supervisor.batching._jobs import BatchError, BatchRecord, Outcome
 
 PROG = "subagents batch"
 

@@ -11,11 +11,10 @@ the child wrote.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -26,10 +25,7 @@ from machines import Transition, TransitionSink
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor._version import package_version
-from supervisor.telemetry._switch import transition_attributes
-
-if TYPE_CHECKING:
-    from supervisor._run import ProviderRun
+from supervisor.telemetry._facts import RunFacts, transition_attributes
 
 INSTRUMENTATION_NAME = "subagent-supervisor"
 OPERATION = "invoke_agent"
@@ -48,30 +44,8 @@ EXIT_SIGNAL = "subagent.exit.signal"
 ERROR_TYPE = "error.type"
 
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
-_CATEGORY = re.compile(r"Subagent failure \(provider: [^;()]+; stage: [a-z-]+; category: ([a-z-]+)[;)]")
 _PROPAGATOR = TraceContextTextMapPropagator()
 EXPORT_TIMEOUT_SECONDS = 3.0
-
-
-def _kind_of(run: ProviderRun[Any]) -> str:
-    """The installed kind whose vocabulary the run speaks (kinds are loaded once each)."""
-    from supervisor._kinds import installed_kinds
-
-    for name, installed in installed_kinds().items():
-        try:
-            if installed.load().vocabulary is run.vocabulary:
-                return name
-        except Exception:  # a kind whose extra is missing cannot be this run's
-            continue
-    return "unknown"
-
-
-def failure_category(diagnostic: str | None, categories: frozenset[str]) -> str | None:
-    """The category of the failure line a diagnostic starts with (a closed value), if any."""
-    match = _CATEGORY.match(diagnostic or "")
-    if match is None or match.group(1) not in categories:
-        return None
-    return match.group(1)
 
 
 class RunSpan:
@@ -91,7 +65,7 @@ class RunSpan:
 
         return record
 
-    def begin(self, run: ProviderRun[Any]) -> None:
+    def begin(self, run: RunFacts) -> None:
         if self._span is not None:
             return
         self._span = self._tracer.start_span(
@@ -101,7 +75,7 @@ class RunSpan:
                 OPERATION_NAME: OPERATION,
                 AGENT_NAME: run.provider_name,
                 AGENT_ID: run.id,
-                KIND: _kind_of(run),
+                KIND: run.kind,
             },
         )
 
@@ -120,19 +94,19 @@ class RunSpan:
                 out[name] = value
         return out
 
-    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+    def start_failed(self, run: RunFacts, error: BaseException) -> None:
         span = self._open()
         if span is None:
             return
         self._process_facts(span, run)
         if isinstance(error, StartFailed):
-            self._fail(span, failure_category(error.diagnostic, run.vocabulary.categories) or "unknown")
+            self._fail(span, run.failure_category or "unknown")
         elif isinstance(error, Exception) and not isinstance(error, StartAborted):
             self._fail(span, type(error).__qualname__)
         self._close(span)
 
     def end(
-        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: RunFacts, result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         span = self._open()
         if span is None:
@@ -140,9 +114,9 @@ class RunSpan:
         self._process_facts(span, run)
         if result is not None:
             span.set_attribute(STOP_REASON, str(result.stop_reason))
-        error_type = _result_error(result, run.vocabulary.categories)
+        error_type = _result_error(result, run.failure_category)
         if error_type is None and teardown_error is not None:
-            error_type = failure_category(teardown_error.diagnostic, run.vocabulary.categories) or "unknown"
+            error_type = run.teardown_category or "unknown"
         if error_type is not None:
             self._fail(span, error_type)
         self._close(span)
@@ -162,7 +136,7 @@ class RunSpan:
         span.set_status(Status(StatusCode.ERROR))
 
     @staticmethod
-    def _process_facts(span: trace.Span, run: ProviderRun[Any]) -> None:
+    def _process_facts(span: trace.Span, run: RunFacts) -> None:
         containment = getattr(run, "containment", None)
         containment = getattr(containment, "value", containment)
         if isinstance(containment, str) and containment in CONTAINMENTS:
@@ -177,7 +151,7 @@ class RunSpan:
                 span.set_attribute(EXIT_SIGNAL, facts.signal)
 
 
-def _result_error(result: SubagentResult | None, categories: frozenset[str]) -> str | None:
+def _result_error(result: SubagentResult | None, category: str | None) -> str | None:
     """``error.type`` for a settled result, or None when it is not a failure.
 
     A failure is what a job settles as ``failed``: anything but ``completed`` and an
@@ -188,7 +162,7 @@ def _result_error(result: SubagentResult | None, categories: frozenset[str]) -> 
         return None
     if result.stop_reason == StopReason.ABORTED and result.diagnostic is None:
         return None
-    return failure_category(result.diagnostic, categories) or str(result.stop_reason)
+    return category or str(result.stop_reason)
 
 
 # -- process-wide set-up ---------------------------------------------------------------------

@@ -23,13 +23,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from machines import Transition, TransitionSink
+from machines import TransitionSink
 from supervisor._errors import ConfigurationError
 from supervisor._public import home
+from supervisor.telemetry._facts import RunFacts
 
 if TYPE_CHECKING:
     from supervisor._errors import TeardownFailed
-    from supervisor._run import ProviderRun
     from supervisor._seam import SubagentResult
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -43,7 +43,7 @@ class RunTelemetry(Protocol):
         """The audit sink: span events first, then ``downstream``."""
         ...
 
-    def begin(self, run: ProviderRun[Any]) -> None:
+    def begin(self, run: RunFacts) -> None:
         """Open the run's span (in the caller's context, so it nests under an active span)."""
         ...
 
@@ -51,12 +51,12 @@ class RunTelemetry(Protocol):
         """``env`` plus ``TRACEPARENT`` of the run's span (an explicit config entry wins)."""
         ...
 
-    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+    def start_failed(self, run: RunFacts, error: BaseException) -> None:
         """End the span of a run whose start raised."""
         ...
 
     def end(
-        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: RunFacts, result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         """End the span of a disposed run."""
         ...
@@ -66,17 +66,17 @@ class _NoopRunTelemetry:
     def sink(self, downstream: TransitionSink | None) -> TransitionSink | None:
         return downstream
 
-    def begin(self, run: ProviderRun[Any]) -> None:
+    def begin(self, run: RunFacts) -> None:
         pass
 
     def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
         return env
 
-    def start_failed(self, run: ProviderRun[Any], error: BaseException) -> None:
+    def start_failed(self, run: RunFacts, error: BaseException) -> None:
         pass
 
     def end(
-        self, run: ProviderRun[Any], result: SubagentResult | None, teardown_error: TeardownFailed | None
+        self, run: RunFacts, result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
         pass
 
@@ -224,11 +224,6 @@ def attached(carrier: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         _otel.detach(token)
-
-
-def transition_attributes(entry: Transition) -> dict[str, str]:
-    """The closed attributes of one transition event."""
-    return {"source": entry.source, "target": entry.target, "machine": entry.machine}
 
 
 home("supervisor.telemetry", attached, configure_from_cli, enabled, inject, shutdown, span, use)
