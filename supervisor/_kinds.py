@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 from machines import Lifecycle, Vocabulary
 from supervisor._config import ProviderConfig
 from supervisor._errors import ConfigurationError, NoProvider
+from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._registry import Provider
 from supervisor._seam import NO_CAPABILITIES, Capabilities
@@ -151,8 +152,9 @@ def loaded_kinds() -> Iterator[tuple[str, ProviderKind[Any] | None]]:
     for name, installed in installed_kinds().items():
         try:
             loaded: ProviderKind[Any] | None = installed.load()
-        except Exception:  # a third party's import error must not take a front-end down
-            log.warning("provider kind %s could not be loaded", name, exc_info=True)
+        except Exception as exc:  # a third party's import error must not take a front-end down
+            log.warning("provider kind %s could not be loaded", name)
+            raw_failure("provider kind %s: the raw load failure", name, exc=exc)
             loaded = None
         yield name, loaded
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
+from pathlib import Path
 
 import pytest
 
@@ -206,3 +208,32 @@ def test_listing_kinds_imports_no_provider_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_imported_supervisor_is_this_package() -> None:
+    """supervisord's package is imported as ``supervisor`` too; this one is told apart by its
+    entry-point group, and ``doctor`` says which one it found."""
+    from supervisor.cli._doctor import package_line
+
+    assert supervisor.PROVIDERS_GROUP == "subagent_supervisor.providers"
+    assert not (Path(supervisor.__file__ or "").parent / "supervisord.py").exists()
+    assert package_line().startswith("package: subagent-supervisor ")
+
+
+def test_doctor_says_when_supervisord_shares_the_name(tmp_path: Path) -> None:
+    from supervisor.cli._doctor import package_line
+
+    folder = tmp_path / "supervisor"
+    folder.mkdir()
+    theirs = types.ModuleType("supervisor")
+    theirs.__file__ = str(folder / "__init__.py")
+    expected = (
+        f"package: supervisord shares the import name `supervisor` here ({folder}); "
+        "it and subagent-supervisor cannot share one environment"
+    )
+    assert package_line(theirs) == expected  # supervisord's __init__ won
+    (folder / "supervisord.py").write_text("")
+    mixed = types.ModuleType("supervisor")
+    mixed.__file__ = theirs.__file__
+    mixed.PROVIDERS_GROUP = supervisor.PROVIDERS_GROUP  # type: ignore[attr-defined]
+    assert package_line(mixed) == expected  # ours won, but their files are mixed in
