@@ -112,3 +112,33 @@ def test_diagrams_draw_the_kinds_chart(plugin_path: str, tmp_path: Path) -> None
     assert subagents(plugin_path, "diagrams", "--out", str(out), cwd=tmp_path).returncode == 0
     assert "echo_provider.md" in {p.name for p in out.iterdir()}
     assert subagents(plugin_path, "diagrams", "--check", str(out), cwd=tmp_path).returncode == 0
+
+
+# The tests that read which kinds are installed, run again with the echo distribution installed.
+KIND_INDEPENDENT = (
+    "tests/test_public_api.py",
+    "tests/test_machines.py",
+    "tests/test_readme.py::test_readme_shows_every_current_lifecycle_diagram",
+    "tests/test_cli.py::test_providers_lists_the_kinds",
+    "tests/test_cli.py::test_configuration_errors_name_file_entry_and_key",
+    "tests/test_cli.py::test_diagrams_written_are_current",
+    "tests/test_hostdeath.py::test_doctor_reports_each_fact_and_succeeds",
+)
+
+
+@pytest.mark.timeout(900)
+def test_no_test_assumes_which_other_kinds_are_installed(plugin_path: str) -> None:
+    root = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
+    probe = [sys.executable, "-c", "import supervisor; print('echo' in supervisor.installed_kinds())"]
+    env = {**os.environ, "PYTHONPATH": path}
+    assert subprocess.run(probe, env=env, capture_output=True, text=True, check=True).stdout == "True\n"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *KIND_INDEPENDENT],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=850,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
