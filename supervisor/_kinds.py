@@ -159,13 +159,18 @@ def loaded_kinds() -> Iterator[tuple[str, ProviderKind[Any] | None]]:
         yield name, loaded
 
 
+_KIND_NAMES: dict[int, tuple[Vocabulary, str]] = {}  # id -> (the vocabulary, kept alive; its kind)
+
+
 def kind_name(vocabulary: Vocabulary) -> str:
     """The name of the installed kind whose vocabulary this is (``unknown`` when none is);
-    telemetry's ``subagent.kind``, looked up only when a span is made."""
-    for name, loaded in loaded_kinds():
-        if loaded is not None and loaded.vocabulary is vocabulary:
-            return name
-    return "unknown"
+    telemetry's ``subagent.kind``, looked up once per vocabulary when a span is made."""
+    known = _KIND_NAMES.get(id(vocabulary))
+    if known is not None and known[0] is vocabulary:
+        return known[1]
+    name = next((n for n, k in loaded_kinds() if k is not None and k.vocabulary is vocabulary), "unknown")
+    _KIND_NAMES[id(vocabulary)] = (vocabulary, name)
+    return name
 
 
 def example_kind() -> tuple[str, ProviderKind[Any]] | None:
