@@ -44,6 +44,7 @@ from supervisor._registry import Provider as Provider
 from supervisor._registry import Registry as Registry
 from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
 from supervisor._seam import Capabilities as Capabilities
+from supervisor._seam import Resources as Resources
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
@@ -76,6 +77,7 @@ __all__ = (
     "NoProvider",
     "Provider",
     "Registry",
+    "Resources",
     "Run",
     "RunOutcome",
     "StartAborted",

@@ -12,9 +12,9 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from supervisor._public import home
 from supervisor.process import (
@@ -23,10 +23,16 @@ from supervisor.process import (
     ContainmentMode,
     ContainmentUnavailable,
     CwdError,
+    Limits,
     StderrMode,
     check_containment,
+    check_cpu,
+    check_pids,
+    parse_memory,
     resolve_configured_cwd,
 )
+from supervisor.process import limit_support as _limit_support
+from supervisor.process._containment import detect_containment
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
 
 MAX_TIMER_MS = 2_147_483_647
@@ -56,6 +62,26 @@ def _grace(value: float) -> float:
     if isinstance(value, bool) or not math.isfinite(value) or value <= 0 or value > MAX_TIMER_MS:
         raise ValueError(f"must be a positive finite number no greater than {MAX_TIMER_MS}")
     return value
+
+
+def _memory(value: Any) -> int | None:
+    return None if value is None else parse_memory(value)
+
+
+def _check_enforceable(key: str, mode: ContainmentMode, cgroup_root: Path | None) -> None:
+    """Raise ``ValueError`` (why) unless the kernel limit ``key`` can be enforced for runs
+    with this containment: never silently unlimited."""
+    if mode == ContainmentMode.PROCESS_TREE:
+        raise ValueError(
+            "cannot be enforced in process-tree containment (only timeout_ms and stall_timeout_ms are)"
+        )
+    found = detect_containment(cgroup_root)
+    if found.cgroup_base is None:
+        raise ValueError(f"cannot be enforced: cgroup containment is not available here ({found.reason})")
+    controller = {"memory_max": "memory", "pids_max": "pids", "cpu_max": "cpu"}[key]
+    support = _limit_support(found.cgroup_base)
+    if controller not in support.where:
+        raise ValueError(f"cannot be enforced here: {support.why_not.get(controller, 'no controller')}")
 
 
 def _scalar_kinds(annotation: Any) -> set[type]:
@@ -102,6 +128,17 @@ class ProviderConfig(BaseModel):
     max_inflight_requests: int = Field(default=DEFAULT_MAX_INFLIGHT_REQUESTS, gt=0)
     cgroup_root: Path | None = None
     containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
+    # Limits (SPEC section 15), after containment: their checks read it.
+    memory_max: Annotated[int | None, BeforeValidator(_memory)] = None
+    """Bytes; a string takes a binary unit (``"512M"``, ``"2G"``)."""
+    pids_max: int | None = None
+    """Processes and threads of the run's tree."""
+    cpu_max: float | None = None
+    """CPUs (``0.5``: half of one CPU's time)."""
+    timeout_ms: float | None = None
+    """A turn's wall time, from spawn (or send) to settlement."""
+    stall_timeout_ms: float | None = None
+    """How long the child may write nothing on stdout while its whole tree uses no CPU."""
 
     @field_validator("containment")
     @classmethod
@@ -124,12 +161,35 @@ class ProviderConfig(BaseModel):
     @classmethod
     def _strict_scalars(cls, value: Any, info: ValidationInfo) -> Any:
         assert info.field_name is not None
-        return strict_scalar(value, cls.model_fields[info.field_name].annotation)
+        field = cls.model_fields[info.field_name]
+        if any(isinstance(meta, BeforeValidator) for meta in field.metadata):
+            return value  # a key with a parser of its own (memory_max) is as strict as its parser
+        return strict_scalar(value, field.annotation)
 
     @field_validator("dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms")
     @classmethod
     def _positive_grace(cls, value: float) -> float:
         return _grace(value)
+
+    @field_validator("timeout_ms", "stall_timeout_ms")
+    @classmethod
+    def _positive_timer(cls, value: float | None) -> float | None:
+        return None if value is None else _grace(value)
+
+    @field_validator("memory_max", "pids_max", "cpu_max")
+    @classmethod
+    def _enforceable(cls, value: Any, info: ValidationInfo) -> Any:
+        """A kernel limit is checked now: in range, and enforceable with this containment here."""
+        if value is None:
+            return None
+        assert info.field_name is not None
+        if info.field_name == "pids_max":
+            check_pids(value)
+        elif info.field_name == "cpu_max":
+            value = check_cpu(value)
+        if "containment" in info.data:  # else the containment itself is already an error
+            _check_enforceable(info.field_name, info.data["containment"], info.data.get("cgroup_root"))
+        return value
 
     @field_validator("cwd", mode="before")
     @classmethod
@@ -158,6 +218,11 @@ class ProviderConfig(BaseModel):
     @property
     def start_timeout(self) -> float:
         return self.start_timeout_ms / 1000
+
+    @property
+    def limits(self) -> Limits:
+        """The kernel limits of a run (memory, processes, CPU)."""
+        return Limits(memory_max=self.memory_max, pids_max=self.pids_max, cpu_max=self.cpu_max)
 
 
 class CommandConfig(ProviderConfig):

@@ -1,5 +1,5 @@
-"""Safe diagnostic text: fixed lines built from a provider's vocabulary and closed facts,
-and the 4096-byte bound.
+"""Safe diagnostic text: fixed lines built from a provider's vocabulary and closed facts
+(the failure line, the limit line), and the 4096-byte bound.
 
 Nothing here accepts free text: every field is checked against the closed
 :class:`~machines.Vocabulary` of the provider that reports it, so a provider cannot put
@@ -8,6 +8,9 @@ names no provider; each provider brings its own vocabulary.
 """
 
 from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
 
 from machines import Vocabulary
 from supervisor._public import home
@@ -73,6 +76,77 @@ class FailureFacts:
 
     def __repr__(self) -> str:
         return f"FailureFacts({self.line()!r})"
+
+
+class LimitResource(enum.StrEnum):
+    """What a limit bounds (the ``resource`` of a limit line)."""
+
+    MEMORY = "memory"
+    PROCESSES = "processes"
+    TIME = "time"
+    SILENCE = "silence"
+
+
+class LimitScope(enum.StrEnum):
+    """Whose limit it was, when not the run's own (the ``scope`` of a limit line)."""
+
+    HOST = "host"
+    """The host ceiling: one group over all runs of the supervising process."""
+    SYSTEM = "system"
+    """A limit above the supervisor (its own cgroup's, the container's, the machine's)."""
+
+
+_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def format_bytes(size: int) -> str:
+    """``256 MiB``: the largest binary unit that divides the size exactly, else bytes."""
+    for unit, factor in _BINARY_UNITS:
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+def format_seconds(ms: float) -> str:
+    """``600 s``, ``1.5 s``, ``0.25 s``: milliseconds as seconds, never in exponent form."""
+    text = f"{ms / 1000:.6f}".rstrip("0").rstrip(".")
+    return f"{text or '0'} s"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitFacts:
+    """The closed facts of a limit that stopped a run; :meth:`line` renders the limit line.
+
+    ``limit`` is bytes (memory), a count (processes) or milliseconds (time, silence);
+    None only with ``scope`` ``system`` (a limit the supervisor did not set).  Nothing
+    here comes from the child: the values are the configured limits and the resource
+    the kernel's counters (or the supervisor's own clock) name.
+    """
+
+    resource: LimitResource
+    limit: int | float | None
+    scope: LimitScope | None = None
+    """None: the run's own limit."""
+
+    def __post_init__(self) -> None:
+        if self.limit is None and self.scope is not LimitScope.SYSTEM:
+            raise ValueError("only a system limit may be unknown")
+        if isinstance(self.limit, bool) or (self.limit is not None and not self.limit > 0):
+            raise ValueError("a limit is a positive number")
+
+    def line(self) -> str:
+        fields = [f"resource: {self.resource}"]
+        if self.limit is not None:
+            if self.resource is LimitResource.MEMORY:
+                value = format_bytes(int(self.limit))
+            elif self.resource is LimitResource.PROCESSES:
+                value = str(int(self.limit))
+            else:
+                value = format_seconds(self.limit)
+            fields.append(f"limit: {value}")
+        if self.scope is not None:
+            fields.append(f"scope: {self.scope}")
+        return f"Subagent limit ({'; '.join(fields)})"
 
 
 def join_lines(*lines: str | None) -> str | None:

@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 from machines import AuditTrail, Vocabulary
 from supervisor._abort import AbortSignal
 from supervisor._public import home
-from supervisor._seam import SubagentResult
+from supervisor._seam import Resources, SubagentResult
 from supervisor.process import ExitFacts
 
 
@@ -68,6 +68,12 @@ class Run(Protocol):
     @property
     def quiescent(self) -> bool | None:
         """None until disposed; then whether the whole tree was proven gone."""
+        ...
+
+    @property
+    def resources(self) -> Resources | None:
+        """What the whole tree used (kernel counters, read at teardown); None in
+        process-tree containment or before the teardown."""
         ...
 
     @property

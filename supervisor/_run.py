@@ -15,6 +15,16 @@ class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 Everything before publication runs under the config's ``start_timeout_ms``; a start
 that overruns it fails in its current stage as the vocabulary's ``start_timeout_category``.
 
+Limits (SPEC section 15).  The kernel enforces ``memory_max``, ``pids_max`` and
+``cpu_max`` in the run's cgroups (the process layer); the turn guard (``_turn_guard``)
+enforces ``timeout_ms`` (counted from spawn, so it bounds the start too) and
+``stall_timeout_ms``.  A run a limit stopped settles ``error``: its diagnostic is the
+failure line, then the limit line.  When the supervisor stopped the turn itself (time,
+silence), the failure line names the current stage and the vocabulary's
+``start_timeout_category`` (the category of the other limit the supervisor's clock
+enforces); when the kernel did (an out-of-memory kill, or a refused fork in a run
+that failed), the provider's own failure line stays, with its exit facts.
+
 Everything else (abort and cancellation rules, the single settlement, the output cap,
 rollback and dispose over the whole tree, the audit trail, the diagnostic bound) lives
 here, so every provider behaves the same at the seam.  A provider's bug keeps those
@@ -27,6 +37,7 @@ dispose that follows; ``dispose()`` reaches the teardown whatever the provider's
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import uuid
@@ -42,18 +53,27 @@ from anyio.abc import TaskGroup, TaskStatus
 from machines import SETTLED, AuditTrail, CommonEvent, Lifecycle, TeardownLadder, TransitionSink, Vocabulary
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
-from supervisor._diagnostic import FailureFacts, bound_diagnostic, join_lines
+from supervisor._diagnostic import (
+    FailureFacts,
+    LimitFacts,
+    LimitResource,
+    LimitScope,
+    bound_diagnostic,
+    join_lines,
+)
 from supervisor._errors import StartAborted, StartFailed, TeardownFailed
 from supervisor._guard import GuardedTaskGroup
 from supervisor._kinds import kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
-from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult
 from supervisor._text import cap_text
+from supervisor._turn_guard import TurnLimits, guard_turn
 from supervisor.process import (
     Containment,
     CwdError,
     ExitFacts,
+    HitScope,
     ManagedProcess,
     SpawnFailed,
     SpawnSpec,
@@ -140,6 +160,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._categories: dict[str, str] = {}  # failure line -> category, of the facts built here
         self._failure_category: str | None = None
         self._teardown_category: str | None = None
+        self._spawned_at = 0.0  # on anyio's clock: where the first turn's timeout_ms counts from
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -177,6 +198,17 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """Whether the result has settled (it never changes afterwards)."""
         return self._result is not None
 
+    @property
+    def resources(self) -> Resources | None:
+        """What the run's whole tree used (kernel counters, read at teardown before the
+        cgroups go); None in process-tree containment or before the teardown."""
+        usage = None if self.process is None else self.process.usage
+        if usage is None:
+            return None
+        return Resources(
+            cpu_s=usage.cpu_s, memory_peak_bytes=usage.memory_peak_bytes, pids_peak=usage.pids_peak
+        )
+
     async def output_arrived(self) -> None:
         """Return once the child has sent some answer text (or the run has settled)."""
         with anyio.CancelScope() as scope:
@@ -204,6 +236,10 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._settle(SubagentResult(output=self._partial_or_empty(), stop_reason=StopReason.ABORTED))
         if self._published:  # before publication, the start's own rollback records the end
             self._record(CommonEvent.CANCELLED)
+        self._stop_turn()
+
+    def _stop_turn(self) -> None:
+        """Stop driving the turn, and ask the child to stop it too (best effort)."""
         self._drive_scope.cancel()
         if self._task_group is not None and not self._closed.is_set():  # never on a closed group
             self._remote_cancel_done = anyio.Event()
@@ -317,6 +353,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             subreaper=config.subreaper,
             containment=self.tree,
             eof_grace=config.eof_grace,
+            limits=config.limits,
         )
 
     async def spawn_child(
@@ -401,21 +438,26 @@ class ProviderRun(ABC, Generic[ConfigT]):
         # Shielded: a caller's scope cancelled while the host task is being started would
         # otherwise leave that (shielded) task running with nobody to close it.  A pending
         # cancellation then arrives at the handshake's first checkpoint, which rolls back.
+        self._spawned_at = anyio.current_time()
         with anyio.CancelScope(shield=True):
             self._task_group = GuardedTaskGroup(await task_group.start(self._host), self._task_failed)
         if abort is not None and abort.aborted:
             await self._rollback(CommonEvent.START_ABORTED)
             raise StartAborted(self._aborted_text())
         failure: StepFailed | None = None
+        limit: LimitFacts | None = None  # the limit that failed the start, if one did
         try:
             with anyio.CancelScope() as scope:
                 self._start_scope = scope  # a task that fails during the start cancels it
                 remove = abort.add_callback(scope.cancel) if abort is not None else (lambda: None)
                 try:
-                    with anyio.move_on_after(self.config.start_timeout) as deadline:
+                    budget, time_limit = self._start_budget()
+                    with anyio.move_on_after(budget) as deadline:
                         await self.handshake()
                     if deadline.cancelled_caught:
-                        log.warning("run %s: the start overran start_timeout_ms", self.id)
+                        limit = time_limit
+                        overran = "start_timeout_ms" if time_limit is None else "timeout_ms"
+                        log.warning("run %s: the start overran %s", self.id, overran)
                         failure = StepFailed(self.failure(self.vocabulary.start_timeout_category))
                 except StepFailed as exc:
                     failure = exc
@@ -444,9 +486,16 @@ class ProviderRun(ABC, Generic[ConfigT]):
             log.info("run %s: start failed: %s", self.id, failure.diagnostic)
             if failure.__cause__ is not None:
                 raw_failure("run %s: the raw start failure", self.id, exc=failure.__cause__)
+            if limit is None:
+                limit = self._kernel_limit()  # read before the rollback removes the groups
             teardown_error = await self._rollback(CommonEvent.START_FAILED)
             text = bound_diagnostic(
-                join_lines(failure.diagnostic, teardown_error.diagnostic if teardown_error else None)
+                join_lines(
+                    failure.facts.line(),
+                    limit.line() if limit is not None else None,
+                    failure.extra_line,
+                    teardown_error.diagnostic if teardown_error else None,
+                )
             )
             assert text is not None
             raise StartFailed(text, quiescent=teardown_error is None) from failure
@@ -456,6 +505,18 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if abort is not None:
             self._remove_abort = abort.add_callback(self.cancel)
         self.task_group.start_soon(self._drive_and_settle)
+
+    def _start_budget(self) -> tuple[float, LimitFacts | None]:
+        """How long the handshake may take: ``start_timeout_ms``, or what is left of
+        ``timeout_ms`` (counted from spawn) when that is less; with the time limit's facts
+        when it is the one that binds."""
+        budget = self.config.start_timeout
+        timeout_ms = self.config.timeout_ms
+        if timeout_ms is not None:
+            left = self._spawned_at + timeout_ms / 1000 - anyio.current_time()
+            if left < budget:
+                return max(left, 0.0), LimitFacts(LimitResource.TIME, timeout_ms)
+        return budget, None
 
     def _aborted_text(self) -> str:
         return f"subagent request was aborted before the {self.vocabulary.label} child started"
@@ -502,33 +563,80 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """Settle as a failure with ``facts`` (partial output kept)."""
         if self._result is None and not self._cancelled_locally and self.machine.state_name != SETTLED:
             self._record(CommonEvent.FAILED)
+        self._settle(self._failure_result(facts, extra_line), category=facts.category)
+
+    def _failure_result(self, facts: FailureFacts, extra_line: str | None = None) -> SubagentResult:
+        """An ``error`` result with ``facts`` (partial output kept)."""
         diagnostic = join_lines(facts.line(), extra_line)
-        result = SubagentResult(
+        return SubagentResult(
             output=self._partial_or_empty(), stop_reason=StopReason.ERROR, diagnostic=diagnostic
         )
-        self._settle(result, category=facts.category)
 
     async def _drive_and_settle(self) -> None:
         result: SubagentResult | None = None
+        category: str | None = None  # a failure's, when known as a fact here
         with self._drive_scope:
-            try:
-                result = await self.drive()
-            except StepFailed as exc:  # its category is kept
-                log.warning("run %s: failed in stage %s", self.id, self.stage)
-                if exc.__cause__ is not None:
-                    raw_failure("run %s: the raw failure", self.id, exc=exc.__cause__)
-                self._settle_failure(exc.facts, exc.extra_line)
-                return
-            except Exception as exc:
-                log.warning("run %s: failed in stage %s", self.id, self.stage)
-                raw_failure("run %s: the raw failure", self.id, exc=exc)
-                self._settle_failure(self.failure("unknown"))
-                return
-        if result is None:  # cancelled locally (or a task failed): already settled
+            async with self._guarded_turn(started=self._spawned_at):
+                try:
+                    result = await self.drive()
+                except StepFailed as exc:  # its category is kept
+                    log.warning("run %s: failed in stage %s", self.id, self.stage)
+                    if exc.__cause__ is not None:
+                        raw_failure("run %s: the raw failure", self.id, exc=exc.__cause__)
+                    result, category = self._failure_result(exc.facts, exc.extra_line), exc.facts.category
+                except Exception as exc:
+                    log.warning("run %s: failed in stage %s", self.id, self.stage)
+                    raw_failure("run %s: the raw failure", self.id, exc=exc)
+                    result, category = self._failure_result(self.failure("unknown")), "unknown"
+        if result is None:  # cancelled locally, stopped by a limit, or a task failed: already settled
             return
+        if not self._cancelled_locally and self._result is None:
+            kernel_limit = self._kernel_limit()
+            if kernel_limit is not None:
+                result, category = self._limited(result, category, kernel_limit)
         if not self._cancelled_locally and self.machine.state_name != SETTLED:
             self._record(CommonEvent.FAILED)
-        self._settle(result)
+        self._settle(result, category=category)
+
+    # -- limits -----------------------------------------------------------------------
+
+    def _guarded_turn(self, *, started: float) -> contextlib.AbstractAsyncContextManager[None]:
+        """The guard of one turn (``timeout_ms`` from ``started``, ``stall_timeout_ms``):
+        every turn is driven inside one (a conversation's later turns too, from their send).
+        ``started`` is on anyio's clock."""
+        limits = TurnLimits(self.config.timeout_ms, self.config.stall_timeout_ms)
+        return guard_turn(limits, started=started, activity=self.process, on_limit=self._stop_for_limit)
+
+    def _stop_for_limit(self, limit: LimitFacts) -> None:
+        """The supervisor's own limit (time, silence) stopped the turn: settle ``error`` at
+        once, keeping partial output, and stop the turn as a local cancellation does."""
+        if self._result is not None:
+            return
+        log.warning("run %s: stopped by its %s limit in stage %s", self.id, limit.resource, self.stage)
+        self._settle_failure(self.failure(self.vocabulary.start_timeout_category), limit.line())
+        self._stop_turn()
+
+    def _kernel_limit(self) -> LimitFacts | None:
+        """The limit the kernel enforced on the run, from its counters (cgroup mode)."""
+        hit = None if self.process is None else self.process.limit_hit()
+        if hit is None:
+            return None
+        scope = None if hit.scope is HitScope.RUN else LimitScope(hit.scope.value)
+        return LimitFacts(LimitResource(hit.resource), hit.limit, scope)
+
+    def _limited(
+        self, result: SubagentResult, category: str | None, limit: LimitFacts
+    ) -> tuple[SubagentResult, str | None]:
+        """``result`` (and its failure category) with the kernel's limit in it.  An
+        out-of-memory kill ends the run ``error`` whatever the provider made of it; refused
+        forks only explain a failure.  The limit line comes right after the failure line."""
+        if limit.resource is LimitResource.PROCESSES and result.stop_reason != StopReason.ERROR:
+            return result, category
+        lines = (result.diagnostic or "").split("\n") if result.stop_reason == StopReason.ERROR else []
+        if not lines or not lines[0]:
+            lines, category = [self.failure("unknown").line()], "unknown"
+        diagnostic = join_lines(lines[0], limit.line(), *lines[1:])
+        return result.model_copy(update={"stop_reason": StopReason.ERROR, "diagnostic": diagnostic}), category
 
     def _task_failed(self, exc: Exception) -> None:
         """A task on the run's task group raised (a provider's bug, as a rule).

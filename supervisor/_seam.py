@@ -63,6 +63,23 @@ class SubagentRequest(BaseModel):
         return value
 
 
+class Resources(BaseModel):
+    """What a run's whole tree used, from the kernel's counters (cgroup containment only).
+
+    A field is None where the kernel does not count it here (no memory or pids
+    controller for the run).  Numbers only: nothing here comes from the child.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_s: float | None = Field(default=None, ge=0)
+    """CPU time of the whole tree, in seconds."""
+    memory_peak_bytes: int | None = Field(default=None, ge=0)
+    """The highest memory use of the tree at once (cgroup accounting: it includes page cache)."""
+    pids_peak: int | None = Field(default=None, ge=0)
+    """The most processes and threads alive in the tree at once."""
+
+
 class SubagentResult(BaseModel):
     """What the parent receives.  The diagnostic bound is applied here, on every path."""
 

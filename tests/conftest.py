@@ -30,6 +30,7 @@ from supervisor.process import (
     ContainmentMode,
     containment_for,
     detect_containment,
+    host_group_name,
     keeper_pid,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
@@ -159,18 +160,24 @@ def containment(request: pytest.FixtureRequest) -> Containment:
 
 
 def run_cgroups() -> list[Path]:
-    """Run leaves that exist under this process's host group (none when cgroups are off)."""
+    """Run leaves that exist under this process's host groups: the cgroup v2 one and, on a
+    hybrid host, those in the cgroup v1 hierarchies limits use (none when cgroups are off)."""
     if not CGROUP_AVAILABLE:
         return []
     found = containment_for(ContainmentMode.CGROUP)
     assert isinstance(found, CgroupContainment)
-    return sorted(p for p in found.host_group.glob("run-*") if p.is_dir())
+    groups = [found.host_group, *(h.directory / host_group_name() for h in found.support.v1)]
+    return sorted(p for group in groups for p in group.glob("run-*") if p.is_dir())
 
 
 def clean_up_cgroups(leaves: list[Path]) -> None:
     for leaf in leaves:
         with contextlib.suppress(OSError):
             (leaf / "cgroup.kill").write_text("1")
+        with contextlib.suppress(OSError):  # a cgroup v1 leaf: its members one by one
+            for pid in (leaf / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
         for _ in range(100):
             with contextlib.suppress(OSError):
                 leaf.rmdir()

@@ -14,11 +14,14 @@ shell shim that writes its own pid into ``cgroup.procs`` and then ``exec``s the 
 argv, so there is no moment in which the program could fork outside the leaf.  From
 then on the kernel keeps every descendant in the leaf, whatever it does (``setsid``,
 double fork, cleared environment, non-dumpable).
+
+Limits (``_limits``): on a hybrid host the run also has a leaf in each cgroup v1
+hierarchy its limits and accounting need; the same shim writes the child into those
+too, before ``exec``.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -31,6 +34,17 @@ from signal import Signals
 
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
+from supervisor.process._limits import (
+    HOST_GROUPS,
+    NO_LIMITS,
+    Hierarchy,
+    KernelHit,
+    Limits,
+    LimitSupport,
+    RunCgroups,
+    Usage,
+    limit_support,
+)
 from supervisor.process._pinned import signal_if
 from supervisor.process._tree import ASYNCIO_CHILDREN, in_slices, subreaper_enabled
 
@@ -41,9 +55,20 @@ RUN_LEAF_PREFIX = "run-"
 _HOST_GROUP = re.compile(r"^subagents-(\d+)-(\d+)$")
 _SAFE_TAG = re.compile(r"[^A-Za-z0-9_.-]")
 
-# The entry shim: the shell writes its own pid (which ``exec`` keeps) into the leaf,
-# then becomes the program.  ``$0`` is the leaf's cgroup.procs, ``$@`` the real argv.
-SHIM = ("/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"')
+# The entry shim, the one place a child enters its groups: the shell writes its own pid
+# (which ``exec`` keeps) into each group's cgroup.procs, then becomes the program.
+# ``$0`` is how many groups follow, then their cgroup.procs files, then the real argv.
+# A write the kernel refuses ends the shim (status 125) before the program runs.
+SHIM = (
+    "/bin/sh",
+    "-c",
+    'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"',
+)
+
+
+def entry_command(procs_files: Sequence[Path], argv: Sequence[str]) -> list[str]:
+    """The argv that enters ``procs_files`` (v2 leaf first), then runs ``argv``."""
+    return [*SHIM, str(len(procs_files)), *(str(path) for path in procs_files), *argv]
 
 
 def host_group_name(pid: int | None = None, start_time: int | None = None) -> str:
@@ -129,22 +154,28 @@ class CgroupContainment:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self._host_group: Path | None = None
+
+    @property
+    def support(self) -> LimitSupport:
+        """Which hierarchy carries each limit's controller for runs under this base."""
+        return limit_support(self.base)
 
     @property
     def host_group(self) -> Path:
         """This host's group (created on first use, removed at exit when empty)."""
-        if self._host_group is None:
-            group = self.base / host_group_name()
-            group.mkdir(exist_ok=True)
-            atexit.register(_remove_quietly, group)
-            self._host_group = group
-        return self._host_group
+        support = self.support
+        v2 = frozenset(c for c, h in support.where.items() if h.version == 2)
+        return HOST_GROUPS.group(Hierarchy(2, self.base, v2), host_group_name(), v2_controllers=sorted(v2))
 
-    def enclose(self, run_tag: str) -> CgroupEnclosure:
+    def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> CgroupEnclosure:
         leaf = self.host_group / run_leaf_name(run_tag)
         leaf.mkdir()
-        return CgroupEnclosure(leaf)
+        try:
+            cgroups = RunCgroups.create(leaf, self.support, limits)
+        except BaseException:
+            _remove_quietly(leaf)
+            raise
+        return CgroupEnclosure(leaf, cgroups)
 
 
 def _own_children() -> list[int]:
@@ -173,13 +204,49 @@ class CgroupEnclosure:
 
     mode = "cgroup"
 
-    def __init__(self, leaf: Path) -> None:
+    def __init__(self, leaf: Path, cgroups: RunCgroups | None = None) -> None:
         self.leaf = leaf
+        self.cgroups = cgroups
         self._root: int | None = None
         self._released = False
+        self._usage: Usage | None = None
+
+    @property
+    def leaves(self) -> tuple[Path, ...]:
+        """Every group of the run: the v2 leaf, then its v1 leaves."""
+        return (self.leaf, *(self.cgroups.v1_leaves if self.cgroups is not None else ()))
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        return [*SHIM, str(self.leaf / "cgroup.procs"), *argv]
+        return entry_command([leaf / "cgroup.procs" for leaf in self.leaves], argv)
+
+    # -- limits and accounting ---------------------------------------------------------
+
+    def limit_hit(self) -> KernelHit | None:
+        """The limit the kernel enforced on the run so far, from its counters."""
+        return None if self.cgroups is None else self.cgroups.hit()
+
+    async def cpu_seconds(self) -> float | None:
+        """CPU time the whole tree has used so far (``cpu.stat`` of the v2 leaf)."""
+        try:
+            text = (self.leaf / "cpu.stat").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec" and value.strip().isdigit():
+                return int(value) / 1e6
+        return None
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the tree used, read once it is gone and before its leaves are removed."""
+        return self._usage
+
+    async def watch(self) -> None:
+        """Enforce what the kernel leaves to the supervisor (cgroup v1: out of memory ends
+        the whole run)."""
+        if self.cgroups is not None:
+            await self.cgroups.watch(lambda: self.signal(signal.SIGKILL))
 
     def started(self, pid: int) -> None:
         self._root = pid
@@ -285,9 +352,15 @@ class CgroupEnclosure:
         if self._released:
             return
         self._reap_members()
+        if self._usage is None:  # the counters go with the leaves
+            self._usage = self.cgroups.usage() if self.cgroups is not None else Usage()
         try:
             for directory in self._subtree():  # groups a nested supervisor left, then the leaf
                 directory.rmdir()
             self._released = True
         except OSError as exc:
             log.debug("could not remove %s: %r", self.leaf, exc)
+        if self.cgroups is not None:
+            self.cgroups.close()
+            if self._released:
+                self.cgroups.remove()

@@ -23,6 +23,7 @@ from signal import Signals
 from typing import Protocol
 
 from supervisor.process._cgroup import CgroupContainment, find_cgroup_base
+from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._tree import ProcessTreeContainment
 
 
@@ -72,17 +73,38 @@ class Enclosure(Protocol):
         ...
 
     def release(self) -> None:
-        """The run is over: drop what the enclosure holds (a cgroup leaf, bookkeeping)."""
+        """The run is over: read the run's counters, then drop what the enclosure holds
+        (cgroup leaves, bookkeeping)."""
+        ...
+
+    async def watch(self) -> None:
+        """While the run lives: enforce what the kernel leaves to the supervisor (on cgroup
+        v1, an out-of-memory kill ends the whole run).  Returns when there is nothing to do."""
+        ...
+
+    def limit_hit(self) -> KernelHit | None:
+        """The limit the kernel enforced on the run so far (its counters), or None."""
+        ...
+
+    async def cpu_seconds(self) -> float | None:
+        """CPU time the whole tree has used so far, or None where it cannot be read."""
+        ...
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the tree used (read at :meth:`release`); None without kernel accounting."""
         ...
 
 
 class Containment(Protocol):
-    """Makes one :class:`Enclosure` per run."""
+    """Makes one :class:`Enclosure` per run, with its limits (raises
+    :class:`~supervisor.process._limits.LimitUnavailable` for a limit it cannot enforce,
+    ``OSError`` when the kernel refuses)."""
 
     @property
     def mode(self) -> str: ...
 
-    def enclose(self, run_tag: str) -> Enclosure: ...
+    def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> Enclosure: ...
 
 
 @dataclass(frozen=True, slots=True)

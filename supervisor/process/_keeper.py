@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -50,13 +51,14 @@ def keeper_pid() -> int | None:
     return process.pid
 
 
-def register_run(run_id: str, pgid: int, leaf: Path | None = None) -> None:
-    """Announce a live run: its child's process group and, in cgroup mode, its leaf."""
+def register_run(run_id: str, pgid: int, leaves: Sequence[Path] = ()) -> None:
+    """Announce a live run: its child's process group and, in cgroup mode, its leaves
+    (the v2 leaf first, then any cgroup v1 leaves), tab-separated."""
     run_id = "".join(run_id.split()) or "-"
     leader_start = start_time(pgid) or 0
     line = f"+run {run_id} {pgid} {leader_start}"
-    if leaf is not None:
-        text = str(leaf)
+    if leaves:
+        text = "\t".join(str(leaf) for leaf in leaves)
         if "\n" in text:
             log.warning("cgroup leaf path holds a newline: the keeper gets the run without it")
         else:

@@ -3,7 +3,7 @@
 The keeper is one small process per supervising host (see ``_keeper``).  It reads
 commands from a pipe whose write end only the host holds::
 
-    +run <run id> <pgid> <start time of the pgid leader> [<cgroup leaf path>]
+    +run <run id> <pgid> <start time of the pgid leader> [<cgroup leaf path>[\t<more leaves>...]]
     -run <run id> <pgid>
 
 When the pipe reaches end of file the host is gone (or finished).  Every run still
@@ -204,7 +204,11 @@ def wait_cgroup_empty(path: Path, within: float = CGROUP_EMPTY_SECONDS) -> bool:
     try:
         fd = os.open(path / "cgroup.events", os.O_RDONLY)
     except OSError:
-        return True
+        # A cgroup v1 group has no cgroup.events: its members were killed (cgroup_kill);
+        # give the last of them a bounded moment to finish exiting.
+        while cgroup_members(path) and time.monotonic() < end:
+            time.sleep(0.01)
+        return not cgroup_members(path)
     try:
         poller = select.poll()
         poller.register(fd, select.POLLPRI)
@@ -234,12 +238,12 @@ def remove_cgroup(path: Path) -> bool:
 
 
 class _Run:
-    __slots__ = ("leader_start", "leaf", "pgid")
+    __slots__ = ("leader_start", "leaves", "pgid")
 
-    def __init__(self, pgid: int, leader_start: int | None, leaf: Path | None) -> None:
+    def __init__(self, pgid: int, leader_start: int | None, leaves: list[Path]) -> None:
         self.pgid = pgid
         self.leader_start = leader_start
-        self.leaf = leaf
+        self.leaves = leaves  # the v2 leaf first, then the run's cgroup v1 leaves
 
 
 def _apply(line: str, runs: dict[str, _Run]) -> None:
@@ -247,8 +251,8 @@ def _apply(line: str, runs: dict[str, _Run]) -> None:
     try:
         if parts[0] == "+run" and len(parts) >= 4:
             leader_start = int(parts[3]) or None
-            leaf = Path(parts[4]) if len(parts) == 5 and parts[4] else None
-            runs[f"{parts[1]} {parts[2]}"] = _Run(int(parts[2]), leader_start, leaf)
+            leaves = [Path(p) for p in parts[4].split("\t") if p] if len(parts) == 5 else []
+            runs[f"{parts[1]} {parts[2]}"] = _Run(int(parts[2]), leader_start, leaves)
         elif parts[0] == "-run" and len(parts) == 3:
             runs.pop(f"{parts[1]} {parts[2]}", None)
     except ValueError:
@@ -258,7 +262,7 @@ def _apply(line: str, runs: dict[str, _Run]) -> None:
 def end_runs(runs: Iterable[_Run], variable: str, identity: str) -> None:
     """End every listed run of the host ``identity``, then remove their cgroup leaves."""
     listed = list(runs)
-    leaves = [run.leaf for run in listed if run.leaf is not None]
+    leaves = [leaf for run in listed for leaf in run.leaves]
     for leaf in leaves:
         cgroup_kill(leaf)
     for run in listed:

@@ -26,6 +26,7 @@ from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
 from supervisor.process._host import pdeathsig_argv, pdeathsig_preexec, this_host
 from supervisor.process._keeper import register_run, unregister_run
+from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 
@@ -48,6 +49,11 @@ class SpawnFailed(Exception):
 
     Its text is the OS error: host log and ``__cause__`` only.
     """
+
+
+class EnclosureFailed(SpawnFailed):
+    """The run's groups could not be made or its limits set (the cause names the file
+    the kernel refused, or why a limit cannot be had)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,7 @@ class SpawnSpec:
     subreaper: bool = True
     containment: Containment = field(default_factory=containment_for)
     eof_grace: float = DEFAULT_EOF_GRACE_SECONDS
+    limits: Limits = NO_LIMITS
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -121,9 +128,11 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.frame_too_large = False
         self.stdout_ended = False
         self.stdout_closed = anyio.Event()
+        self.stdout_chunks = 0
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         if fd == 1 and isinstance(data, bytes):
+            self.stdout_chunks += 1
             if self._cut:
                 return
             cut = self._cut_at(data)
@@ -198,9 +207,9 @@ class ManagedProcess:
         """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
         _check_program(spec)
         try:  # off the loop: creating a cgroup takes milliseconds in the kernel
-            enclosure = await anyio.to_thread.run_sync(spec.containment.enclose, spec.run_tag)
-        except OSError as exc:
-            raise SpawnFailed(f"could not enclose the run: {exc!r}") from exc
+            enclosure = await anyio.to_thread.run_sync(spec.containment.enclose, spec.run_tag, spec.limits)
+        except (OSError, LimitUnavailable) as exc:
+            raise EnclosureFailed(f"could not enclose the run: {exc!r}") from exc
         if enclosure.mode == "process-tree" and spec.subreaper:
             set_subreaper(True)
         argv = _command(spec, enclosure)
@@ -230,10 +239,11 @@ class ManagedProcess:
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
         enclosure.started(proc.pid)
-        # the keeper ends the run (its leaf, or its group and tagged processes) if this process dies
-        register_run(spec.run_tag, proc.pid, leaf=getattr(enclosure, "leaf", None))
+        # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
+        register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
         managed = cls(proc, spec, protocol, enclosure)
         task_group.start_soon(managed._watch_exit, exited)
+        task_group.start_soon(enclosure.watch)
         if proc.stderr is not None:
             task_group.start_soon(managed._drain_stderr, proc.stderr)
         return managed
@@ -305,6 +315,24 @@ class ManagedProcess:
     def exit_facts(self) -> ExitFacts | None:
         """Set once the direct child has been reaped; never inferred."""
         return self._exit
+
+    @property
+    def stdout_chunks(self) -> int:
+        """How many times bytes arrived on stdout so far (the silence guard's "frames")."""
+        return self._protocol.stdout_chunks
+
+    async def cpu_seconds(self) -> float | None:
+        """CPU time the whole tree has used so far (None where it cannot be read)."""
+        return await self._enclosure.cpu_seconds()
+
+    def limit_hit(self) -> KernelHit | None:
+        """The limit the kernel enforced on the run so far (read from its counters)."""
+        return self._enclosure.limit_hit()
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the tree used, once torn down (None in process-tree containment)."""
+        return self._enclosure.usage
 
     @property
     def stderr_tail(self) -> bytes:

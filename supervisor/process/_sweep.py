@@ -5,7 +5,9 @@ of a host that no longer runs:
 
 * cgroups named ``subagents-<pid>-<start>`` anywhere on the cgroup v2 mount: every
   member is killed with ``cgroup.kill``, the group is awaited empty (``populated 0``,
-  event-driven and bounded) and removed, leaves first;
+  event-driven and bounded) and removed, leaves first; then the same names in the
+  cgroup v1 hierarchies runs' limits use (``memory``, ``pids``, ``cpu``), whose members
+  are killed one by one (v1 has no ``cgroup.kill``);
 * processes whose environment carries ``SUBAGENT_SUPERVISOR_HOST`` of a dead host:
   SIGKILL to each and to its process group, pass after pass until none is found.
 
@@ -36,6 +38,7 @@ from supervisor.process._keeper_main import (
     tagged_processes,
     wait_cgroup_empty,
 )
+from supervisor.process._limits import v1_homes
 from supervisor.process._markers import forget, unfinished_hosts
 
 # How deep under the cgroup mount host groups are looked for, and how many directories at most.
@@ -83,17 +86,26 @@ def host_groups(mount: Path) -> Iterator[tuple[Path, HostIdentity]]:
 
 
 def sweep_cgroups(mount: Path | None = None) -> list[Reaped]:
-    """End the groups of dead hosts.
+    """End the groups of dead hosts: on the cgroup v2 mount (or ``mount``), then, unless a
+    mount was given, in the cgroup v1 hierarchies runs' limits use."""
+    reaped: list[Reaped] = []
+    v2 = mount or unified_mount()
+    if v2 is not None:
+        own = own_cgroup_path()
+        reaped += _sweep_hierarchy(v2, None if own is None else v2 / own.lstrip("/"))
+    if mount is None:
+        for v1_mount, home in v1_homes():
+            reaped += _sweep_hierarchy(v1_mount, home)
+    return reaped
+
+
+def _sweep_hierarchy(mount: Path, home: Path | None) -> list[Reaped]:
+    """End the groups of dead hosts in one hierarchy.
 
     A group is judged only when every member lives in our pid namespace (its name
     holds a pid as the host's namespace numbers it), and an empty one is removed
     only where this process would create its own: under its own cgroup path.
     """
-    mount = mount or unified_mount()
-    if mount is None:
-        return []
-    own = own_cgroup_path()
-    home = None if own is None else mount / own.lstrip("/")
     reaped = []
     for path, host in list(host_groups(mount)):
         members = set(cgroup_members(path))

@@ -43,6 +43,7 @@ import anyio
 import anyio.lowlevel
 
 from supervisor.process._keeper import keeper_pid
+from supervisor.process._limits import LIMIT_KEYS, NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._pinned import signal_if
 from supervisor.process._proctable import TABLE, Table
 
@@ -94,7 +95,10 @@ class ProcessTreeContainment:
 
     mode = "process-tree"
 
-    def enclose(self, run_tag: str) -> TreeEnclosure:
+    def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> TreeEnclosure:
+        if limits.controllers:
+            key = LIMIT_KEYS[limits.controllers[0]]
+            raise LimitUnavailable(f"{key} cannot be enforced in process-tree containment")
         return TreeEnclosure(run_tag)
 
 
@@ -196,6 +200,29 @@ class TreeEnclosure:
         live, uncertain = await self.look()
         return not live and not uncertain
 
+    # -- limits and accounting: the kernel keeps no books for a process tree -------------
+
+    def limit_hit(self) -> KernelHit | None:
+        return None
+
+    @property
+    def usage(self) -> Usage | None:
+        return None
+
+    async def watch(self) -> None:
+        return None
+
+    async def cpu_seconds(self) -> float | None:
+        """CPU time of the direct child (its reaped children included) and of every live
+        process a fresh read attributes to the run."""
+        if self._root is None:
+            return None
+        live, _ = await self.look()
+        total = 0
+        for pid in [self._root, *live]:
+            total += _cpu_ticks(pid, children=pid == self._root)
+        return total / _CLOCK_TICKS
+
     # -- signals -----------------------------------------------------------------------
 
     async def signal(self, sig: Signals) -> None:
@@ -271,6 +298,21 @@ def _start_time(pid: int) -> int | None:
         return int(raw[raw.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int, *, children: bool) -> int:
+    """utime + stime (+ the reaped children's, with ``children``) of ``pid``, in clock ticks."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        used = int(fields[11]) + int(fields[12])
+        return used + int(fields[13]) + int(fields[14]) if children else used
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _now_ticks() -> int:

@@ -29,6 +29,18 @@ Turn content (``session/prompt``), in this order:
   the line goes out at that stage instead).
 - ``READY_FILE=path``: written (atomically, holding the pid) once the above is on stdout.
 
+Appetites (the limit tests), at the prompt, before its text and writing nothing meanwhile:
+
+- ``SPIN_MS=n``: use n ms of CPU time (a busy loop on ``time.process_time``).
+- ``ALLOC_MB=n``: allocate n MiB in 8 MiB chunks, touching every page, and hold it (at most 1024:
+  a broken limit cannot hurt the machine). ``ALLOC_IN=grandchild``: a grandchild allocates (and
+  then sleeps) while the child waits for it; its death does not end the child.
+  ``ALLOC_HOLD=dir:N`` (after allocating): write ``dir/<pid>`` and wait until N files are there
+  (30 s at most), so N children hold their memory at the same time.
+- ``FORK_BOMB=n``: a grandchild forks sleeping processes until the kernel refuses a fork (or n
+  exist), then sleeps itself; the child streams ``forks refused after K`` (or
+  ``no fork refused``) as text.
+
 Turn end:
 
 - ``STOP``: the stop reason, verbatim, out-of-vocabulary values included (default ``end_turn``).
@@ -474,6 +486,8 @@ class Child:
             self.send({"jsonrpc": "2.0", "method": strange, "params": {"sessionId": session_id}})
             self.send({"jsonrpc": "2.0", "id": 900001, "method": strange, "params": {}})
         stop = env("STOP", "end_turn")
+        if (appetite := appetites()) and not self.stream(session_id, appetite):
+            return None
         for kind in filter(None, env("PERMISSION").split(",")):
             decision, denied = self.ask_permission(session_id, kind)
             if decision is None:
@@ -550,6 +564,75 @@ class Child:
         option_id = outcome.get("optionId")
         kinds = {o.get("optionId"): o.get("kind") for o in options if isinstance(o, dict)}
         return f"selected {option_id}", kinds.get(option_id) not in ("allow_once", "allow_always")
+
+
+ALLOC_CAP_MB = 1024
+ALLOC_CHUNK = 8 << 20
+HOG = """
+import os, sys, time
+kind, n = sys.argv[1], int(sys.argv[2])
+if kind == "alloc":
+    held = []
+    for _ in range(0, n, 8):
+        chunk = bytearray(8 << 20)
+        chunk[::4096] = b"x" * len(chunk[::4096])
+        held.append(chunk)
+    print("allocated", flush=True)
+else:
+    made = 0
+    while made < n:
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            while True:
+                time.sleep(3600)
+        made += 1
+    print(made if made < n else -1, flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def appetites() -> str:
+    """SPIN_MS, ALLOC_MB and FORK_BOMB; the text they leave for the answer."""
+    text = ""
+    if spin := int(env("SPIN_MS", "0")):
+        end = time.process_time() + spin / 1000
+        while time.process_time() < end:
+            pass
+        text += f"spun {spin} ms\n"
+    if megabytes := min(int(env("ALLOC_MB", "0")), ALLOC_CAP_MB):
+        if env("ALLOC_IN") == "grandchild":
+            hog = subprocess.Popen(
+                [sys.executable, "-c", HOG, "alloc", str(megabytes)], stdout=subprocess.PIPE
+            )
+            assert hog.stdout is not None
+            text += "grandchild " + (hog.stdout.readline().decode().strip() or "died") + "\n"
+        else:
+            held = []
+            for _ in range(0, megabytes, 8):
+                chunk = bytearray(ALLOC_CHUNK)
+                chunk[::4096] = b"x" * len(chunk[::4096])
+                held.append(chunk)
+            HELD.append(held)
+            text += f"allocated {megabytes} MiB\n"
+        if hold := env("ALLOC_HOLD"):
+            folder, _, count = hold.rpartition(":")
+            write_file(os.path.join(folder, str(os.getpid())), "held\n")
+            end = time.monotonic() + 30
+            while len(os.listdir(folder)) < int(count) and time.monotonic() < end:
+                time.sleep(0.02)
+    if most := int(env("FORK_BOMB", "0")):
+        bomb = subprocess.Popen([sys.executable, "-c", HOG, "fork", str(most)], stdout=subprocess.PIPE)
+        assert bomb.stdout is not None
+        made = int(bomb.stdout.readline() or b"-1")
+        text += "no fork refused\n" if made < 0 else f"forks refused after {made}\n"
+    return text
+
+
+HELD: list[list[bytearray]] = []
 
 
 def huge_line(session_id: str, size: int) -> bytes:

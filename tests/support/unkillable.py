@@ -17,7 +17,7 @@ from signal import Signals
 
 import anyio
 
-from supervisor.process import Containment, Enclosure, containment_for
+from supervisor.process import NO_LIMITS, Containment, Enclosure, KernelHit, Limits, Usage, containment_for
 
 
 class UnkillableTree:
@@ -29,8 +29,8 @@ class UnkillableTree:
     def mode(self) -> str:
         return self.inner.mode
 
-    def enclose(self, run_tag: str) -> Enclosure:
-        return _Haunted(self.inner.enclose(run_tag), self.phantom)
+    def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> Enclosure:
+        return _Haunted(self.inner.enclose(run_tag, limits), self.phantom)
 
 
 class _Haunted:
@@ -67,6 +67,19 @@ class _Haunted:
 
     def release(self) -> None:
         self.inner.release()
+
+    async def watch(self) -> None:
+        await self.inner.watch()
+
+    def limit_hit(self) -> KernelHit | None:
+        return self.inner.limit_hit()
+
+    async def cpu_seconds(self) -> float | None:
+        return await self.inner.cpu_seconds()
+
+    @property
+    def usage(self) -> Usage | None:
+        return self.inner.usage
 
 
 def _alive(pid: int) -> bool:
