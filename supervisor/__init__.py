@@ -36,6 +36,7 @@ from supervisor._errors import SubagentError as SubagentError
 from supervisor._errors import TeardownFailed as TeardownFailed
 from supervisor._errors import UnsupportedCapability as UnsupportedCapability
 from supervisor._handle import Run as Run
+from supervisor._host_limits import set_host_ceiling as set_host_ceiling
 from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
 from supervisor._kinds import InstalledKind as InstalledKind
 from supervisor._kinds import create_provider as create_provider
@@ -96,6 +97,7 @@ __all__ = (
     "foreground_text",
     "installed_kinds",
     "job_outcome",
+    "set_host_ceiling",
     "settle_job",
     "supervise",
 )

@@ -35,6 +35,7 @@ EXPORTS = {
     "foreground_text",
     "job_outcome",
     "settle_job",
+    "set_host_ceiling",
     "JobOutcome",
     "JobStatus",
     # batches

@@ -25,7 +25,7 @@ from supervisor._abort import AbortSignal
 from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._registry import Provider, Registry
-from supervisor._seam import StopReason, SubagentRequest
+from supervisor._seam import Resources, StopReason, SubagentRequest
 from supervisor._sequence import supervise
 from supervisor.process import CwdError, check_directory
 
@@ -59,6 +59,8 @@ class BatchRecord(BaseModel):
     started: bool
     duration_s: float
     node: str
+    resources: Resources | None = None
+    """What the run's tree used (cgroup containment; None in process-tree)."""
     ray_node: str | None = None  # the Ray node id, in Ray mode only
 
     @property
@@ -240,6 +242,7 @@ async def run_job(
         started=outcome.started,
         duration_s=round(time.monotonic() - began, 3),
         node=socket.gethostname(),
+        resources=run.resources,
         ray_node=ray_node,
     )
 

@@ -25,7 +25,7 @@ from supervisor._abort import AbortSignal
 from supervisor._registry import Registry
 from supervisor.batching._jobs import BatchEvents, to_json
 from supervisor.batching._local import batch
-from supervisor.cli._config_file import ConfigError, load_registry
+from supervisor.cli._config_file import ConfigError, add_ceiling_arguments, apply_ceiling, load_registry
 
 EXIT_OK, EXIT_FAILED = 0, 1
 _SIGNAL_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -42,6 +42,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--ray", metavar="ADDRESS", help="run each task as a Ray task (auto or an address)")
     parser.add_argument("--ray-num-cpus", metavar="X", type=float, default=1.0, help="CPUs per Ray task")
     parser.add_argument("--retry-lost", action="store_true", help="Ray: rerun a run whose node was lost")
+    add_ceiling_arguments(parser)
     parser.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     parser.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
 
@@ -92,6 +93,11 @@ def command(args: argparse.Namespace) -> int:
         raise ConfigError("--ray-num-cpus must be a positive number")
     if args.resume and args.out is None:
         raise ConfigError("--resume needs --out (the records to resume from)")
+    if args.ray is not None and (args.max_memory is not None or args.max_pids is not None):
+        raise ConfigError(
+            "--max-memory and --max-pids bound the runs of this process; with --ray the runs are "
+            "in Ray's worker processes (bound them with Ray's own resources)"
+        )
     if args.ray is not None:
         try:
             import ray  # noqa: F401
@@ -103,6 +109,7 @@ def command(args: argparse.Namespace) -> int:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError(f"{args.input}: cannot read the input file ({reason})") from None
     registry, _names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
+    apply_ceiling(args)
     if args.resume:
         done = _recorded_ids(args.out)
         lines = ["" if _line_id(line) in done else line for line in lines]

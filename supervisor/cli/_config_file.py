@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
+from supervisor._host_limits import set_host_ceiling
 from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Provider, Registry
 
@@ -137,6 +138,36 @@ def load_file(path: Path) -> list[Entry]:
         entry.build()  # every entry is checked at load, not only the one picked
         entries.append(entry)
     return entries
+
+
+def add_ceiling_arguments(parser: Any) -> None:
+    """``--max-memory`` and ``--max-pids``: the host ceiling of a command that holds many runs."""
+    parser.add_argument(
+        "--max-memory", metavar="SIZE", help='memory of all runs together: bytes, "4G" (cgroup containment)'
+    )
+    parser.add_argument("--max-pids", metavar="N", help="processes and threads of all runs together")
+
+
+def apply_ceiling(args: Any) -> None:
+    """Set the host ceiling from ``--max-memory`` / ``--max-pids`` before any run starts;
+    a bad value, or a ceiling this host cannot enforce, is a ConfigError (exit 2)."""
+    if args.max_memory is None and args.max_pids is None:
+        return
+    memory: int | str | None = args.max_memory
+    if isinstance(memory, str) and memory.strip().isdigit():
+        memory = int(memory)  # a bare number is bytes
+    pids: int | None = None
+    if args.max_pids is not None:
+        if not args.max_pids.strip().isdigit():
+            raise ConfigError("--max-pids: must be a positive integer")
+        pids = int(args.max_pids)
+    try:
+        set_host_ceiling(memory_max=memory, pids_max=pids)
+    except ConfigurationError as exc:
+        flags = " and ".join(
+            flag for flag, value in (("--max-memory", memory), ("--max-pids", pids)) if value is not None
+        )
+        raise ConfigError(f"{flags}: {str(exc).removeprefix('host ceiling: ')}") from None
 
 
 def load_registry(config: Path | None, *, verbose: bool, base_dir: Path) -> tuple[Registry, list[str]]:

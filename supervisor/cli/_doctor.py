@@ -1,6 +1,7 @@
 """``subagents doctor``: what this machine and this install can do, one line per fact.
 
-The lines: the containment available (and why cgroup mode is not), the kernel,
+The lines: the containment available (and why cgroup mode is not), the limits this
+host can enforce and how (``supervisor._host_limits``), the kernel,
 Python, which package the import name ``supervisor`` is, the child subreaper, one
 line per installed provider kind (its own readiness check), and a real run of the
 example agent.  The status is 0 when that run completed: the base install works here.
@@ -20,6 +21,7 @@ from types import ModuleType
 import anyio
 
 import supervisor
+from supervisor._host_limits import host_limit_lines
 from supervisor._kinds import PROVIDERS_GROUP, example_config, example_kind, loaded_kinds
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
@@ -116,6 +118,8 @@ def example_line() -> tuple[str, bool]:
 def doctor(write: Callable[[str], object]) -> int:
     """Print the facts through ``write``; 0 when the example agent ran to completion."""
     write(containment_line())
+    for line in host_limit_lines():
+        write(line)
     write(f"kernel: {platform.system()} {os.uname().release}")
     write(f"python: {platform.python_version()} ({sys.executable})")
     write(package_line())

@@ -40,7 +40,15 @@ from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _mcp as _mcp_cli
 from supervisor.cli._config_file import ConfigError, Entry, load_file
-from supervisor.process import CwdError, SpawnFailed, check_directory
+from supervisor.process import (
+    CwdError,
+    EnclosureFailed,
+    SpawnFailed,
+    check_cpu,
+    check_directory,
+    check_pids,
+    parse_memory,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 EXIT_HANGUP = 129
@@ -98,6 +106,15 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="fail the start if the child is not ready within SECONDS (default: the entry's, 60)",
     )
+    limits = run.add_argument_group("limits of the run (cgroup containment; see the README)")
+    limits.add_argument("--memory-max", metavar="SIZE", help='memory of the tree: bytes, "512M", "2G"')
+    limits.add_argument("--pids-max", metavar="N", help="processes and threads of the whole tree")
+    limits.add_argument("--cpu-max", metavar="CPUS", help="CPU time of the whole tree, in CPUs (0.5, 2)")
+    limits.add_argument(
+        "--stall-timeout",
+        metavar="SECONDS",
+        help="fail the run when the child writes nothing and its tree uses no CPU for SECONDS",
+    )
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
     run.usage = run.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
 
@@ -141,6 +158,7 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
         if not 0 < args.start_timeout * 1000 <= MAX_TIMER_MS:
             raise ConfigError("--start-timeout must be a positive number of seconds")
         overrides["start_timeout_ms"] = args.start_timeout * 1000
+    overrides.update(limit_overrides(args))
     if args.cwd is not None:
         try:
             overrides["cwd"] = check_directory(Path(os.path.abspath(args.cwd)), "--cwd")
@@ -178,6 +196,54 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
         overrides["env"] = env
     overrides["stderr"] = "inherit" if args.verbose else entry.keys.get("stderr", "log")
     return _Plan(entry=entry, overrides=overrides, task=task, parent_cwd=parent_cwd)
+
+
+def limit_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's limit flags as config keys, each checked here so an error names the flag.
+    Whether a limit can be enforced is the config's check (it names the key)."""
+    overrides: dict[str, Any] = {}
+    flags = (
+        ("--memory-max", args.memory_max, "memory_max", _memory_flag),
+        ("--pids-max", args.pids_max, "pids_max", _count_flag),
+        ("--cpu-max", args.cpu_max, "cpu_max", _cpu_flag),
+        ("--stall-timeout", args.stall_timeout, "stall_timeout_ms", _seconds_flag),
+    )
+    for flag, raw, key, parse in flags:
+        if raw is None:
+            continue
+        try:
+            overrides[key] = parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{flag}: {exc}") from None
+    return overrides
+
+
+def _memory_flag(raw: str) -> int:
+    return parse_memory(int(raw) if raw.strip().isdigit() else raw)  # a bare number is bytes
+
+
+def _count_flag(raw: str) -> int:
+    if not raw.strip().isdigit():
+        raise ValueError("must be a positive integer")
+    return check_pids(int(raw))
+
+
+def _cpu_flag(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("must be a number of CPUs, e.g. 0.5 or 2") from None
+    return check_cpu(value)
+
+
+def _seconds_flag(raw: str) -> float:
+    try:
+        value = float(raw) * 1000
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_TIMER_MS:
+        raise ValueError("must be a positive number of seconds")
+    return value
 
 
 @dataclass
@@ -309,6 +375,7 @@ def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interrup
             "signal": None if exit_facts is None else exit_facts.signal,
             "quiescent": outcome.quiescent,
             "containment": run.containment,
+            "resources": None if run.resources is None else run.resources.model_dump(),
             "audit": run.audit.as_dicts(),
         }
         if outcome.teardown_error is not None:
@@ -339,10 +406,17 @@ _SPAWN_REASONS = {
 
 def _spawn_failure(error: BaseException | None) -> str | None:
     """``could not start '<command>': <reason>`` when the start failed because the program
-    could not be executed (the OS error is on the cause chain), else None."""
+    could not be executed (the OS error is on the cause chain), else None.  When the run's
+    cgroups could not be set up, the line says which file the kernel refused, or why a
+    limit cannot be had."""
     cause = error
     while cause is not None and not isinstance(cause, SpawnFailed):
         cause = cause.__cause__
+    if isinstance(cause, EnclosureFailed) and cause.__cause__ is not None:
+        refusal = cause.__cause__
+        if isinstance(refusal, OSError) and refusal.filename is not None:
+            return f"could not set up the run's cgroups: {refusal.filename} refused ({refusal.strerror})"
+        return f"could not set up the run's cgroups: {refusal}"
     if cause is None or not isinstance(cause.__cause__, OSError):
         return None
     os_error = cause.__cause__

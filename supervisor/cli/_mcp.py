@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from supervisor import telemetry
-from supervisor.cli._config_file import ConfigError, load_registry
+from supervisor.cli._config_file import ConfigError, add_ceiling_arguments, apply_ceiling, load_registry
 from supervisor.process import CwdError, check_directory
 
 
@@ -26,6 +26,7 @@ def add_parser(commands: Any) -> None:
         help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
     )
     mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
+    add_ceiling_arguments(mcp)
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
 
@@ -48,6 +49,7 @@ def command(args: argparse.Namespace) -> int:
         except CwdError as exc:
             raise ConfigError(str(exc)) from None
     registry, names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
+    apply_ceiling(args)
     settings = _mcp.McpSettings(
         registry=registry, providers=tuple(names), roots=tuple(roots), max_concurrent=args.max_concurrent
     )

@@ -25,7 +25,7 @@ from supervisor._abort import AbortSignal
 from supervisor._consumers import foreground_text
 from supervisor._handle import Run
 from supervisor._registry import Registry
-from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult
 from supervisor._sequence import supervise
 
 log = logging.getLogger("supervisor")
@@ -46,6 +46,8 @@ class Settled:
     stop_reason: str
     output: str
     diagnostic: str | None
+    resources: Resources | None = None
+    """What the run's tree used (cgroup containment; None in process-tree or before it ran)."""
 
     @property
     def completed(self) -> bool:
@@ -65,6 +67,7 @@ class Settled:
             "stop_reason": self.stop_reason,
             "output": self.output,
             "diagnostic": self.diagnostic,
+            "resources": None if self.resources is None else self.resources.model_dump(),
         }
 
 
@@ -161,9 +164,16 @@ class Desk:
     async def _run(self, entry: DeskRun) -> None:
         # Disposed before it is recorded (also when the server goes away under it).
         outcome = await supervise(entry.run, entry.abort)
-        self._settle(entry, outcome.stop_reason, outcome.output, outcome.diagnostic)
+        self._settle(entry, outcome.stop_reason, outcome.output, outcome.diagnostic, outcome.run.resources)
 
-    def _settle(self, entry: DeskRun, stop_reason: str, output: str, diagnostic: str | None) -> None:
+    def _settle(
+        self,
+        entry: DeskRun,
+        stop_reason: str,
+        output: str,
+        diagnostic: str | None,
+        resources: Resources | None = None,
+    ) -> None:
         if entry.settled is not None:
             return
         entry.settled = Settled(
@@ -172,6 +182,7 @@ class Desk:
             stop_reason=str(stop_reason),
             output=output,
             diagnostic=diagnostic,
+            resources=resources,
         )
         entry.state = DeskState.SETTLED
         entry.done.set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from machines import Transition
+from supervisor._seam import Resources
 from supervisor.process import ExitFacts
 
 
@@ -36,6 +37,11 @@ class RunFacts(Protocol):
 
     @property
     def exit_facts(self) -> ExitFacts | None: ...
+
+    @property
+    def resources(self) -> Resources | None:
+        """What the tree used (cgroup containment), once the teardown read it."""
+        ...
 
     @property
     def failure_category(self) -> str | None:

@@ -42,6 +42,7 @@ QUIESCENT = "subagent.quiescent"
 EXIT_CODE = "process.exit.code"
 EXIT_SIGNAL = "subagent.exit.signal"
 ERROR_TYPE = "error.type"
+RESOURCES = "subagent.resources."  # + cpu_s, memory_peak_bytes, pids_peak
 
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -149,6 +150,11 @@ class RunSpan:
                 span.set_attribute(EXIT_CODE, facts.exit_code)
             if facts.signal is not None:
                 span.set_attribute(EXIT_SIGNAL, facts.signal)
+        resources = run.resources
+        if resources is not None:
+            for name, value in resources.model_dump().items():
+                if value is not None:
+                    span.set_attribute(RESOURCES + name, value)
 
 
 def _result_error(result: SubagentResult | None, category: str | None) -> str | None:
