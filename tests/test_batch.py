@@ -38,6 +38,7 @@ RECORD_KEYS = {
     "started",
     "duration_s",
     "node",
+    "resources",
 }
 
 
@@ -138,6 +139,10 @@ def test_a_batch_of_the_example_agent_with_a_bad_line_of_each_kind(tmp_path: Pat
         assert (run["started"], run["quiescent"], run["exit_code"], run["signal"]) == (True, True, 0, None)
         assert run["provider"] == "acp"
         assert run["containment"] in ("cgroup", "process-tree")
+        if run["containment"] == "cgroup":  # what the tree used, from the kernel's counters
+            assert run["resources"]["cpu_s"] > 0
+        else:
+            assert run["resources"] is None
         assert run["diagnostic"] is None
         assert run["duration_s"] >= 0
         assert run["node"] == os.uname().nodename

@@ -61,9 +61,15 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
         "signal",
         "quiescent",
         "containment",
+        "resources",
         "audit",
     }
     assert doc["containment"] == ("cgroup" if CGROUP_AVAILABLE else "process-tree")
+    if CGROUP_AVAILABLE:
+        assert set(doc["resources"]) == {"cpu_s", "memory_peak_bytes", "pids_peak"}
+        assert doc["resources"]["cpu_s"] > 0
+    else:
+        assert doc["resources"] is None
     assert doc["provider"] == doc["kind"] == "acp"
     assert doc["started"] is True
     assert doc["stop_reason"] == "completed"

@@ -103,13 +103,13 @@ def command(args: argparse.Namespace) -> int:
             import ray  # noqa: F401
         except ImportError:
             raise ConfigError("--ray needs the `ray` extra: pip install 'subagent-supervisor[ray]'") from None
+    apply_ceiling(args)
     try:
         lines = args.input.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise ConfigError(f"{args.input}: cannot read the input file ({reason})") from None
     registry, _names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
-    apply_ceiling(args)
     if args.resume:
         done = _recorded_ids(args.out)
         lines = ["" if _line_id(line) in done else line for line in lines]

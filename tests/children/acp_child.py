@@ -35,8 +35,9 @@ Appetites (the limit tests), at the prompt, before its text and writing nothing 
 - ``ALLOC_MB=n``: allocate n MiB in 8 MiB chunks, touching every page, and hold it (at most 1024:
   a broken limit cannot hurt the machine). ``ALLOC_IN=grandchild``: a grandchild allocates (and
   then sleeps) while the child waits for it; its death does not end the child.
-  ``ALLOC_HOLD=dir:N`` (after allocating): write ``dir/<pid>`` and wait until N files are there
-  (30 s at most), so N children hold their memory at the same time.
+  ``ALLOC_HOLD=dir:N``: N children allocate at the same time: each writes ``dir/<pid>.start`` and
+  waits for N of them before allocating, then writes ``dir/<pid>.done`` and holds its memory until
+  every other one is done too or dead (30 s at most each).
 - ``FORK_BOMB=n``: a grandchild forks sleeping processes until the kernel refuses a fork (or n
   exist), then sleeps itself; the child streams ``forks refused after K`` (or
   ``no fork refused``) as text.
@@ -118,6 +119,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, BinaryIO, NoReturn
 
 JsonObject = dict[str, Any]
@@ -604,6 +606,10 @@ def appetites() -> str:
             pass
         text += f"spun {spin} ms\n"
     if megabytes := min(int(env("ALLOC_MB", "0")), ALLOC_CAP_MB):
+        folder, _, count = env("ALLOC_HOLD").rpartition(":")
+        if folder:
+            write_file(os.path.join(folder, f"{os.getpid()}.start"), "")
+            wait_for(lambda: len(marks(folder, ".start")) >= int(count))
         if env("ALLOC_IN") == "grandchild":
             hog = subprocess.Popen(
                 [sys.executable, "-c", HOG, "alloc", str(megabytes)], stdout=subprocess.PIPE
@@ -618,12 +624,10 @@ def appetites() -> str:
                 held.append(chunk)
             HELD.append(held)
             text += f"allocated {megabytes} MiB\n"
-        if hold := env("ALLOC_HOLD"):
-            folder, _, count = hold.rpartition(":")
-            write_file(os.path.join(folder, str(os.getpid())), "held\n")
-            end = time.monotonic() + 30
-            while len(os.listdir(folder)) < int(count) and time.monotonic() < end:
-                time.sleep(0.02)
+        if folder:
+            write_file(os.path.join(folder, f"{os.getpid()}.done"), "")
+            done = marks(folder, ".done")
+            wait_for(lambda: all(pid in done or not alive(pid) for pid in marks(folder, ".start")))
     if most := int(env("FORK_BOMB", "0")):
         bomb = subprocess.Popen([sys.executable, "-c", HOG, "fork", str(most)], stdout=subprocess.PIPE)
         assert bomb.stdout is not None
@@ -633,6 +637,26 @@ def appetites() -> str:
 
 
 HELD: list[list[bytearray]] = []
+
+
+def marks(folder: str, suffix: str) -> set[int]:
+    return {int(name.removesuffix(suffix)) for name in os.listdir(folder) if name.endswith(suffix)}
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Look again every 20 ms until ``condition`` holds (bounded: a child never hangs on it)."""
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.02)
 
 
 def huge_line(session_id: str, size: int) -> bytes:

@@ -95,7 +95,9 @@ async def test_run_subagent_answers_with_the_output_and_reports_each_stage_as_pr
     assert result.content[0].text.startswith(EXAMPLE_ANSWER_START)
     structured = result.structured_content
     assert structured is not None
-    assert set(structured) == {"run_id", "provider", "stop_reason", "output", "diagnostic"}
+    assert set(structured) == {"run_id", "provider", "stop_reason", "output", "diagnostic", "resources"}
+    resources = structured["resources"]
+    assert resources is None or resources["cpu_s"] > 0  # cgroup containment counts what the tree used
     assert structured["provider"] == "acp"
     assert structured["stop_reason"] == "completed"
     assert structured["diagnostic"] is None

@@ -132,6 +132,11 @@ def test_the_cli_exports_the_run_span_over_otlp_http(receiver: Receiver, tmp_pat
         "subagent.quiescent": True,
         "process.exit.code": 0,
         **({"subagent.containment": document["containment"]} if document.get("containment") else {}),
+        **{
+            f"subagent.resources.{k}": v
+            for k, v in (document.get("resources") or {}).items()
+            if v is not None
+        },
     }
     assert [event.name for event in span.events] == [entry["event"] for entry in document["audit"]]
     # The child saw our span as its parent.

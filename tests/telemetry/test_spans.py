@@ -64,6 +64,9 @@ async def test_a_run_is_one_client_span_with_closed_attributes_and_every_transit
     containment = getattr(run, "containment", None)
     if containment is not None:
         expected["subagent.containment"] = str(getattr(containment, "value", containment))
+    if run.resources is not None:  # cgroup containment: what the tree used
+        used = run.resources.model_dump(exclude_none=True)
+        expected.update({f"subagent.resources.{name}": value for name, value in used.items()})
     assert dict(span.attributes or {}) == expected
     assert span.status.status_code == StatusCode.UNSET
     events = [(e.name, dict(e.attributes or {})) for e in span.events]
