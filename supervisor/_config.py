@@ -28,11 +28,11 @@ from supervisor.process import (
     check_containment,
     check_cpu,
     check_pids,
+    detect_containment,
+    limit_support,
     parse_memory,
     resolve_configured_cwd,
 )
-from supervisor.process import limit_support as _limit_support
-from supervisor.process._containment import detect_containment
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
 
 MAX_TIMER_MS = 2_147_483_647
@@ -79,7 +79,7 @@ def _check_enforceable(key: str, mode: ContainmentMode, cgroup_root: Path | None
     if found.cgroup_base is None:
         raise ValueError(f"cannot be enforced: cgroup containment is not available here ({found.reason})")
     controller = {"memory_max": "memory", "pids_max": "pids", "cpu_max": "cpu"}[key]
-    support = _limit_support(found.cgroup_base)
+    support = limit_support(found.cgroup_base)
     if controller not in support.where:
         raise ValueError(f"cannot be enforced here: {support.why_not.get(controller, 'no controller')}")
 

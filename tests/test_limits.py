@@ -187,7 +187,7 @@ def test_v2_limits_are_written_where_the_kernel_reads_them(tmp_path: Path) -> No
     assert written == {"memory.max": "268435456", "memory.swap.max": "0", "memory.oom.group": "1"}
     assert (leaf / "pids.max").read_text() == "64"
     assert (leaf / "cpu.max").read_text() == "50000 100000"
-    assert run.procs_files == []  # the v2 leaf is the only group the child enters
+    assert run.v1_leaves == []  # the v2 leaf is the only group the child enters
     assert run.hit() is None
 
     # What the kernel would count: a peak at the limit, an out-of-memory kill.

@@ -154,6 +154,7 @@ class CgroupContainment:
 
     def __init__(self, base: Path) -> None:
         self.base = base
+        self._host_group: Path | None = None
 
     @property
     def support(self) -> LimitSupport:
@@ -162,10 +163,13 @@ class CgroupContainment:
 
     @property
     def host_group(self) -> Path:
-        """This host's group (created on first use, removed at exit when empty)."""
-        support = self.support
-        v2 = frozenset(c for c, h in support.where.items() if h.version == 2)
-        return HOST_GROUPS.group(Hierarchy(2, self.base, v2), host_group_name(), v2_controllers=sorted(v2))
+        """This host's group (created on first use, removed at exit when empty; it carries
+        the host ceiling, and enables the controllers placed in cgroup v2 for the leaves)."""
+        if self._host_group is None:
+            v2 = frozenset(c for c, h in self.support.where.items() if h.version == 2)
+            hierarchy = Hierarchy(2, self.base, v2)
+            self._host_group = HOST_GROUPS.group(hierarchy, host_group_name(), v2_controllers=sorted(v2))
+        return self._host_group
 
     def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> CgroupEnclosure:
         leaf = self.host_group / run_leaf_name(run_tag)
@@ -204,7 +208,7 @@ class CgroupEnclosure:
 
     mode = "cgroup"
 
-    def __init__(self, leaf: Path, cgroups: RunCgroups | None = None) -> None:
+    def __init__(self, leaf: Path, cgroups: RunCgroups) -> None:
         self.leaf = leaf
         self.cgroups = cgroups
         self._root: int | None = None
@@ -214,7 +218,7 @@ class CgroupEnclosure:
     @property
     def leaves(self) -> tuple[Path, ...]:
         """Every group of the run: the v2 leaf, then its v1 leaves."""
-        return (self.leaf, *(self.cgroups.v1_leaves if self.cgroups is not None else ()))
+        return (self.leaf, *self.cgroups.v1_leaves)
 
     def command(self, argv: Sequence[str]) -> list[str]:
         return entry_command([leaf / "cgroup.procs" for leaf in self.leaves], argv)
@@ -223,19 +227,11 @@ class CgroupEnclosure:
 
     def limit_hit(self) -> KernelHit | None:
         """The limit the kernel enforced on the run so far, from its counters."""
-        return None if self.cgroups is None else self.cgroups.hit()
+        return self.cgroups.hit()
 
     async def cpu_seconds(self) -> float | None:
         """CPU time the whole tree has used so far (``cpu.stat`` of the v2 leaf)."""
-        try:
-            text = (self.leaf / "cpu.stat").read_text()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "usage_usec" and value.strip().isdigit():
-                return int(value) / 1e6
-        return None
+        return self.cgroups.cpu_seconds()
 
     @property
     def usage(self) -> Usage | None:
@@ -245,8 +241,7 @@ class CgroupEnclosure:
     async def watch(self) -> None:
         """Enforce what the kernel leaves to the supervisor (cgroup v1: out of memory ends
         the whole run)."""
-        if self.cgroups is not None:
-            await self.cgroups.watch(lambda: self.signal(signal.SIGKILL))
+        await self.cgroups.watch(lambda: self.signal(signal.SIGKILL))
 
     def started(self, pid: int) -> None:
         self._root = pid
@@ -353,14 +348,13 @@ class CgroupEnclosure:
             return
         self._reap_members()
         if self._usage is None:  # the counters go with the leaves
-            self._usage = self.cgroups.usage() if self.cgroups is not None else Usage()
+            self._usage = self.cgroups.usage()
         try:
             for directory in self._subtree():  # groups a nested supervisor left, then the leaf
                 directory.rmdir()
             self._released = True
         except OSError as exc:
             log.debug("could not remove %s: %r", self.leaf, exc)
-        if self.cgroups is not None:
-            self.cgroups.close()
-            if self._released:
-                self.cgroups.remove()
+        self.cgroups.close()
+        if self._released:
+            self.cgroups.remove()

@@ -482,16 +482,16 @@ class RunCgroups:
     """One run's limits and counters: its v2 leaf, plus a leaf in each v1 hierarchy it needs.
 
     Made in a worker thread before the child is spawned (:meth:`create`); the child
-    enters every leaf through the spawn shim (:attr:`procs_files`); counters are read
+    enters every leaf through the spawn shim (the v2 leaf, then :attr:`v1_leaves`); counters are read
     while the leaves exist (:meth:`usage`, :meth:`hit`); :meth:`remove` removes the v1
     leaves once the run's tree is gone.
     """
 
-    def __init__(self, v2_leaf: Path, support: LimitSupport, limits: Limits, ceiling: Limits) -> None:
+    def __init__(self, v2_leaf: Path, support: LimitSupport, limits: Limits, host_groups: HostGroups) -> None:
         self.v2_leaf = v2_leaf
         self.support = support
         self.limits = limits
-        self.ceiling = ceiling
+        self.host_groups = host_groups
         self.leaves: dict[str, Path] = {}
         """controller -> the leaf carrying it (the v2 leaf for controllers placed in v2)."""
         self.v1_leaves: list[Path] = []
@@ -513,17 +513,16 @@ class RunCgroups:
         a write :class:`LimitRefused`; nothing made is left behind.  A controller wanted
         only for accounting that cannot be had is just left out.
         """
-        ceiling = host_groups.ceiling
-        run = cls(v2_leaf, support, limits, ceiling)
+        run = cls(v2_leaf, support, limits, host_groups)
         try:
-            run._make(host_groups)
+            run._make()
         except BaseException:
             run.remove()
             raise
         return run
 
-    def _make(self, host_groups: HostGroups) -> None:
-        required = set(self.limits.controllers) | set(self.ceiling.controllers)
+    def _make(self) -> None:
+        required = set(self.limits.controllers) | set(self.host_groups.ceiling.controllers)
         wanted = [c for c in CONTROLLERS if c in required or (c in ACCOUNTED and c in self.support.where)]
         name = self.v2_leaf.name
         host_name = self.v2_leaf.parent.name
@@ -540,7 +539,7 @@ class RunCgroups:
             leaf = hierarchy.directory / host_name / name
             if leaf not in self.v1_leaves:
                 try:
-                    host_groups.group(hierarchy, host_name)
+                    self.host_groups.group(hierarchy, host_name)
                     leaf.mkdir()
                 except OSError as exc:
                     if controller in required:
@@ -573,15 +572,14 @@ class RunCgroups:
         if limits.cpu_max is not None:
             _cpu_files(self.leaves[CPU], self._version(CPU), limits.cpu_max)
 
-    @property
-    def procs_files(self) -> list[Path]:
-        """The v1 leaves' ``cgroup.procs``, for the spawn shim to enter after the v2 leaf."""
-        return [leaf / "cgroup.procs" for leaf in self.v1_leaves]
-
     # -- counters ---------------------------------------------------------------------------
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time of the whole tree so far (``cpu.stat``, in every v2 group)."""
+        usec = _stat_value(self.v2_leaf / "cpu.stat", "usage_usec")
+        return None if usec is None else usec / 1e6
+
     def usage(self) -> Usage:
-        cpu_usec = _stat_value(self.v2_leaf / "cpu.stat", "usage_usec")
         memory_peak = pids_peak = None
         if MEMORY in self.leaves:
             leaf = self.leaves[MEMORY]
@@ -591,7 +589,7 @@ class RunCgroups:
         if PIDS in self.leaves:
             pids_peak = _number(self.leaves[PIDS] / "pids.peak")
         return Usage(
-            cpu_s=None if cpu_usec is None else cpu_usec / 1e6,
+            cpu_s=self.cpu_seconds(),
             memory_peak_bytes=memory_peak,
             pids_peak=pids_peak,
         )
@@ -624,7 +622,8 @@ class RunCgroups:
         else:
             return None
         own = self.limits.memory_max if controller == MEMORY else self.limits.pids_max
-        host = self.ceiling.memory_max if controller == MEMORY else self.ceiling.pids_max
+        ceiling = self.host_groups.ceiling
+        host = ceiling.memory_max if controller == MEMORY else ceiling.pids_max
         leaf = self.leaves[controller]
         v2 = self._version(controller) == 2
         if own is not None and self._reached(leaf, controller, v2):
@@ -654,11 +653,11 @@ class RunCgroups:
         changes nothing here.  Returns at once where v2's ``memory.oom.group`` does the job.
         """
         oom = self._oom
-        if oom is None:
-            return
         try:
-            while True:
+            while oom is not None and self._oom is oom:  # closed: its descriptors may be reused
                 await anyio.wait_readable(oom.eventfd)
+                if self._oom is not oom:
+                    return
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(oom.eventfd)
                 for pause in OOM_KILL_LOOK_SECONDS:
@@ -669,6 +668,8 @@ class RunCgroups:
                         await end_run()
                         break
                     await anyio.sleep(pause)
+                    if self._oom is not oom:
+                        return
         except (anyio.ClosedResourceError, OSError):  # the run is over: the watch was closed
             return
 
