@@ -309,6 +309,10 @@ def test_doctor_reports_each_fact_and_succeeds(tmp_path: Path) -> None:
     lines = proc.stdout.splitlines()
     prefixes = [
         "containment: ",
+        "limit memory_max: ",
+        "limit pids_max: ",
+        "limit cpu_max: ",
+        "limit timeout_ms, stall_timeout_ms: ",
         "kernel: ",
         "python: ",
         "package: subagent-supervisor ",
@@ -320,9 +324,9 @@ def test_doctor_reports_each_fact_and_succeeds(tmp_path: Path) -> None:
     assert len(lines) == len(prefixes)
     for line, prefix in zip(lines, prefixes, strict=True):
         assert line.startswith(prefix), line
-    assert lines[5].startswith("provider acp: found")
-    assert lines[6].startswith("provider dsh-sdk: found")
-    assert os.uname().release in lines[1]
+    assert lines[9].startswith("provider acp: found")
+    assert lines[10].startswith("provider dsh-sdk: found")
+    assert os.uname().release in lines[5]
     assert re.fullmatch(
         r"containment: (cgroup \(run leaves under .+\)|process-tree \(cgroup unavailable: .+\))", lines[0]
     )

@@ -127,6 +127,8 @@ async def test_start_wait_list_and_cancel(tmp_path: Path) -> None:
         assert set(started) == {"run_id"}
         _, waited, is_error = await call(session, "wait_subagent", {"run_id": started["run_id"]})
         assert not is_error
+        resources = waited.pop("resources")
+        assert resources is None or resources["pids_peak"] >= 1
         assert waited == {
             "run_id": started["run_id"],
             "provider": "fast",
@@ -359,6 +361,8 @@ def test_mcp_needs_no_command_and_rejects_bad_options(tmp_path: Path) -> None:
     assert proc.stderr == f"subagents: --root is not an accessible directory: {tmp_path / 'missing'}\n"
     proc = subprocess.run([*SERVER, "--max-concurrent", "0"], capture_output=True, text=True, cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (2, "subagents: --max-concurrent must be at least 1\n")
+    proc = subprocess.run([*SERVER, "--max-pids", "lots"], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stderr) == (2, "subagents: --max-pids: must be a positive integer\n")
     assert sys.executable
 
 
