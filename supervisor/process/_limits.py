@@ -684,6 +684,13 @@ class RunCgroups:
         go stays for a sweep to find."""
         self.close()
         for leaf in self.v1_leaves:
+            try:
+                os.rmdir(leaf)
+                continue
+            except FileNotFoundError:
+                continue
+            except OSError:  # groups a nested supervisor made inside: deepest first
+                pass
             for directory, _dirs, _files in os.walk(leaf, topdown=False):
                 try:
                     os.rmdir(directory)
