@@ -1,18 +1,20 @@
 """What limits cost a run: every limit set against none, interleaved in one run
 (run: python -m benchmarks.bench_limits).
 
-Two contenders, both the built-in example agent in cgroup containment:
+Three contenders, all the built-in example agent in cgroup containment:
 
 * ``none``: no limit (the run still gets its accounting leaves where the host has the
   memory and pids controllers, as every cgroup-mode run does);
 * ``limits``: ``memory_max``, ``pids_max``, ``cpu_max``, ``timeout_ms`` and
-  ``stall_timeout_ms`` all set (roomy values: no limit is reached).
+  ``stall_timeout_ms`` all set (roomy values: no limit is reached);
+* ``bare``: no limit and no accounting leaves (the v2 leaf alone, as before bounded runs;
+  the benchmark switches them off in-process to show what accounting costs).
 
 Per round, ``BENCH_RUNS`` (default 20) serial runs of each, alternating contender per run;
 ``BENCH_ROUNDS`` (default 5) rounds.  Printed: the median over rounds of the per-run
 parent CPU (``time.process_time``, worker threads included) and of the wall from the
 start of the run (spawn) to the child's ``initialize`` answer (the audit's
-``initialize_answered``), with the ratios limits / none (goals: <= 1.10 each).
+``initialize_answered``), with the ratios to ``none`` (goals: limits / none <= 1.10 each).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 import anyio
 
 from supervisor import Registry, StopReason, SubagentRequest
-from supervisor.process import ContainmentMode, detect_containment, limit_support
+from supervisor.process import ContainmentMode, _limits, detect_containment, limit_support
 from supervisor.providers.acp import Provider, example_agent_config
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
@@ -47,8 +49,9 @@ def registry(**limits: object) -> Registry:
     return found
 
 
-async def one(contender: Registry, cwd: Path) -> tuple[float, float]:
+async def one(contender: Registry, cwd: Path, *, accounting: bool = True) -> tuple[float, float]:
     """(parent CPU, spawn-to-initialize wall) of one run."""
+    _limits.ACCOUNTED = ("memory", "pids") if accounting else ()
     cpu = time.process_time()
     async with contender.run("acp", SubagentRequest(task="say hello", parent_cwd=cwd)) as run:
         result = await run.result()
@@ -66,17 +69,17 @@ async def main() -> None:
     support = limit_support(found.cgroup_base)
     print(f"limits here: {', '.join(f'{c}: {h.label}' for c, h in support.where.items())}")
     print(f"rounds {ROUNDS} x {RUNS} serial runs of each, alternating; load {os.getloadavg()[0]:.2f}")
-    contenders = {"none": registry(), "limits": registry(**LIMITS)}
+    contenders = {"none": registry(), "limits": registry(**LIMITS), "bare": registry()}
     per_round: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        for contender in contenders.values():  # warm-up: imports, page cache, the keeper, the sweep
-            await one(contender, cwd)
+        for name, contender in contenders.items():  # warm-up: imports, page cache, the keeper, the sweep
+            await one(contender, cwd, accounting=name != "bare")
         for _ in range(ROUNDS):
             samples: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
             for _ in range(RUNS):
                 for name, contender in contenders.items():
-                    samples[name].append(await one(contender, cwd))
+                    samples[name].append(await one(contender, cwd, accounting=name != "bare"))
             for name, got in samples.items():
                 per_round[name].append(
                     (statistics.median(s[0] for s in got), statistics.median(s[1] for s in got))

@@ -59,7 +59,7 @@ log = logging.getLogger("supervisor")
 
 MEMORY, PIDS, CPU = "memory", "pids", "cpu"
 CONTROLLERS = (MEMORY, PIDS, CPU)
-ACCOUNTED = (MEMORY, PIDS)
+ACCOUNTED: tuple[str, ...] = (MEMORY, PIDS)
 """Controllers every run gets a leaf in when the host has them (accounting, OOM handling)."""
 
 CPU_PERIOD_US = 100_000
