@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from supervisor._errors import ConfigurationError
+from supervisor._public import home
 from supervisor.process import (
     HOST_GROUPS,
     CgroupContainment,
@@ -81,3 +82,6 @@ def set_host_ceiling(
 def host_limit_lines() -> list[str]:
     """Which limits this host can enforce and how, one line each (``subagents doctor``)."""
     return limit_lines(limit_support(detect_containment().cgroup_base))
+
+
+home("supervisor", set_host_ceiling)

@@ -95,4 +95,4 @@ class SubagentResult(BaseModel):
         return bound_diagnostic(value)
 
 
-home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities)
+home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources)
