@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+import tests.reliability  # noqa: F401  (first: it has the shared oracles' asserts rewritten)
 from supervisor import Registry, StartFailed, StopReason, SubagentRequest, SubagentResult
 from supervisor._host_limits import host_limit_lines
 from supervisor.process import HOST_TAG_VARIABLE, detect_containment, host_is_alive, limit_support
