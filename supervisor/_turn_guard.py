@@ -5,7 +5,9 @@ The base run wraps the one place a turn is driven in :func:`guard_turn`; a later
 of a conversation is guarded the same way, from its own start.  When a limit is
 reached the guard calls ``on_limit`` with the closed facts (the base settles the turn
 ``error`` with its failure line and the limit line, and stops the turn like a local
-cancellation); the guard never touches the process itself.
+cancellation); the guard never touches the process itself.  The time limit is the
+deadline of a cancel scope around the turn (the turn is cancelled, then ``on_limit``
+is called); the silence limit is one watcher task.
 
 Silence is not slowness.  A turn is *silent* when, for ``stall_timeout_ms``, no bytes
 came on the child's stdout **and** its whole tree used (almost) no CPU: a child busy on
@@ -21,6 +23,7 @@ alone decides.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -72,20 +75,21 @@ async def guard_turn(
     if not limits.any:
         yield
         return
-    async with anyio.create_task_group() as watchers:
-        if limits.timeout_ms is not None:
-            watchers.start_soon(_time_limit, limits.timeout_ms, started, on_limit)
-        if limits.stall_timeout_ms is not None and activity is not None:
-            watchers.start_soon(_silence_limit, limits.stall_timeout_ms, activity, on_limit)
-        try:
+    # The time limit is the deadline of a cancel scope around the turn (no task of its own).
+    deadline = math.inf if limits.timeout_ms is None else started + limits.timeout_ms / 1000
+    with anyio.CancelScope(deadline=deadline) as clock:
+        if limits.stall_timeout_ms is None or activity is None:
             yield
-        finally:
-            watchers.cancel_scope.cancel()
-
-
-async def _time_limit(timeout_ms: float, started: float, on_limit: OnLimit) -> None:
-    await anyio.sleep_until(started + timeout_ms / 1000)
-    on_limit(LimitFacts(LimitResource.TIME, timeout_ms))
+        else:
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(_silence_limit, limits.stall_timeout_ms, activity, on_limit)
+                try:
+                    yield
+                finally:
+                    watchers.cancel_scope.cancel()
+    if clock.cancelled_caught:
+        assert limits.timeout_ms is not None
+        on_limit(LimitFacts(LimitResource.TIME, limits.timeout_ms))
 
 
 def look_interval(stall_timeout_ms: float) -> float:
