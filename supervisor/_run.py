@@ -635,7 +635,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         lines = (result.diagnostic or "").split("\n") if result.stop_reason == StopReason.ERROR else []
         if not lines or not lines[0]:
             lines, category = [self.failure("unknown").line()], "unknown"
-        diagnostic = join_lines(lines[0], limit.line(), *lines[1:])
+        # bounded here: a model copy does not run the seam's validators
+        diagnostic = bound_diagnostic(join_lines(lines[0], limit.line(), *lines[1:]))
         return result.model_copy(update={"stop_reason": StopReason.ERROR, "diagnostic": diagnostic}), category
 
     def _task_failed(self, exc: Exception) -> None:

@@ -31,7 +31,8 @@ Turn content (``session/prompt``), in this order:
 
 Appetites (the limit tests), at the prompt, before its text and writing nothing meanwhile:
 
-- ``SPIN_MS=n``: use n ms of CPU time (a busy loop on ``time.process_time``).
+- ``SPIN_MS=n``: use n ms of CPU time (a busy loop on ``time.process_time``). ``SPIN_PROCS=k``
+  (default 1): k processes spin n ms each at once (the child and k - 1 grandchildren).
 - ``ALLOC_MB=n``: allocate n MiB in 8 MiB chunks, touching every page, and hold it (at most 1024:
   a broken limit cannot hurt the machine). ``ALLOC_IN=grandchild``: a grandchild allocates (and
   then sleeps) while the child waits for it; its death does not end the child.
@@ -573,6 +574,11 @@ ALLOC_CHUNK = 8 << 20
 HOG = """
 import os, sys, time
 kind, n = sys.argv[1], int(sys.argv[2])
+if kind == "spin":
+    end = time.process_time() + n / 1000
+    while time.process_time() < end:
+        pass
+    sys.exit(0)
 if kind == "alloc":
     held = []
     for _ in range(0, n, 8):
@@ -601,9 +607,15 @@ def appetites() -> str:
     """SPIN_MS, ALLOC_MB and FORK_BOMB; the text they leave for the answer."""
     text = ""
     if spin := int(env("SPIN_MS", "0")):
+        others = [
+            subprocess.Popen([sys.executable, "-c", HOG, "spin", str(spin)])
+            for _ in range(int(env("SPIN_PROCS", "1")) - 1)
+        ]
         end = time.process_time() + spin / 1000
         while time.process_time() < end:
             pass
+        for other in others:
+            other.wait()
         text += f"spun {spin} ms\n"
     if megabytes := min(int(env("ALLOC_MB", "0")), ALLOC_CAP_MB):
         folder, _, count = env("ALLOC_HOLD").rpartition(":")
