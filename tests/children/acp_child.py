@@ -71,7 +71,9 @@ Failures at a stage:
   JSON, invalid UTF-8, a JSON array, a JSON string, ``{}`` and a response to an id nobody sent.
 - ``FRAMES_AT=stage`` and ``FRAMES=json``: at that stage, before anything else, each item of the
   JSON list ``FRAMES`` as one stdout line (an item that is a string goes out verbatim, anything else
-  as compact JSON); then the stage carries on as scripted.
+  as compact JSON); then the stage carries on as scripted.  A string item is encoded with
+  ``surrogateescape``, so ``\\udcff`` in it goes out as the raw byte 0xff (invalid UTF-8).
+  ``FRAMES_FILE=path``: the list is read from that file instead (frames too big for the environment).
 - ``FLOOD_AT=stage`` and ``FLOOD=n``: at that stage, write ``n`` ``fs/read_text_file`` requests
   (ids ``flood-0`` ...) without reading stdin meanwhile, then stay alive without reading
   (a signal ends it).
@@ -163,6 +165,11 @@ def write_file(path: str, text: str) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as file:
         file.write(text)
     os.replace(path + ".tmp", path)
+
+
+def read_file(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
 
 
 def scripted_signal() -> signal.Signals:
@@ -335,9 +342,10 @@ class Child:
         if env("GARBAGE_AT") == name:
             self.write_raw(GARBAGE_BURST)
         if env("FRAMES_AT") == name:
-            for item in json.loads(env("FRAMES", "[]")):
+            listed = read_file(env("FRAMES_FILE")) if env("FRAMES_FILE") else env("FRAMES", "[]")
+            for item in json.loads(listed):
                 frame = item if isinstance(item, str) else json.dumps(item, separators=(",", ":"))
-                self.write_raw(frame.encode() + b"\n")
+                self.write_raw(frame.encode("utf-8", "surrogateescape") + b"\n")
         if env("FLOOD_AT") == name:
             flood(self, int(env("FLOOD", "100000")))
         if env("HUGE_AT") == name:

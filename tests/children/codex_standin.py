@@ -16,7 +16,9 @@ CODEX_STANDIN_SCRIPT   JSON list of steps, run when ``turn/start`` arrives:
                                        any "respond" step it is answered before the first
     {"notify": METHOD, "params": {}}   send a notification
     {"request": METHOD, "params": {}}  send a server request and wait for its answer
-    {"raw": TEXT}                      write TEXT and a newline verbatim
+    {"raw": TEXT}                      write TEXT and a newline verbatim (encoded with
+                                       surrogateescape: "\\udcff" is the raw byte 0xff)
+    {"deep": N}                        write one line: an array nested N deep
     {"exit": N}                        exit with status N
     {"signal": NAME}                   kill itself with a signal
     {"hang": true}                     stop here; answer turn/interrupt, exit on EOF
@@ -215,7 +217,11 @@ def main() -> None:
         elif "request" in step:
             request(step["request"], substitute(step.get("params", {})))
         elif "raw" in step:
-            sys.stdout.write(step["raw"] + "\n")
+            sys.stdout.flush()  # bytes: "\udcff" in TEXT goes out as the raw byte 0xff
+            sys.stdout.buffer.write((step["raw"] + "\n").encode("utf-8", "surrogateescape"))
+            sys.stdout.buffer.flush()
+        elif "deep" in step:
+            sys.stdout.write("[" * step["deep"] + "]" * step["deep"] + "\n")
             sys.stdout.flush()
         elif "exit" in step:
             sys.stdout.flush()

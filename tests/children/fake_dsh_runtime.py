@@ -69,9 +69,10 @@ session/prompt
                                invalid UTF-8, JSON that is no object, an object that is
                                neither request, response nor notification, notifications
                                with wrong params, an unknown notification, an unmatched
-                               response, an over-deep array, a bad root chunk, and a
+                               response, an unterminated array, a bad root chunk, and a
                                server-to-client request (id "srv-1") the client must answer
                                with -32601.
+  FAKE_DSH_DEEP_FRAME=<n>      after turn/start, one line: an array nested <n> deep.
   FAKE_DSH_MALFORMED_EVENT     after the receipt, a root session.event whose event is not an
                                envelope.
   FAKE_DSH_SUBAGENT            emit a session tree: subagent.started root->child, a child
@@ -155,7 +156,8 @@ def write_raw(data: bytes) -> None:
 
 
 def send(frame: dict[str, Any]) -> None:
-    data = json.dumps(frame, ensure_ascii=False).encode("utf-8") + b"\n"
+    # surrogateescape: "\udcff" in a text (an environment value's raw byte) goes out as 0xff
+    data = json.dumps(frame, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"
     if Wire.partial_armed:
         Wire.partial_armed = False
         write_half(data)
@@ -320,7 +322,7 @@ def emit_malformed_frames(session: Session) -> None:
             {"jsonrpc": "2.0", "method": "subagent.started", "params": {"parentSessionId": session.id}}
         ).encode(),
         b'{"jsonrpc":"2.0","method":"mystery.notification","params":{"secret":"' + SECRET.encode() + b'"}}',
-        b"[" * 100_000,
+        b"[[[[[1",
         json.dumps(
             {
                 "jsonrpc": "2.0",
@@ -343,6 +345,8 @@ def emit_turn_events(session: Session, turn: int, reason: str) -> None:
     session.event("turn/start", {"turn": turn})
     if flag("MALFORMED_FRAMES"):
         emit_malformed_frames(session)
+    if depth := int(env("DEEP_FRAME", "0") or "0"):
+        write_raw(b"[" * depth + b"]" * depth + b"\n")
     if flag("MALFORMED_EVENT"):
         notify("session.event", {"sessionId": session.id, "event": ["not", "an", "envelope", SECRET]})
     session.event(
@@ -386,7 +390,7 @@ def emit_turn_events(session: Session, turn: int, reason: str) -> None:
                 "event": session.envelope("assistant/message", session.message(content, turn)),
             },
         }
-        line = json.dumps(frame, ensure_ascii=False).encode("utf-8") + b"\n"
+        line = json.dumps(frame, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"
         if flag("SPLIT_UTF8"):
             cut = next((i for i, byte in enumerate(line) if byte & 0xC0 == 0x80), len(line) // 2)
             write_raw(line[:cut])

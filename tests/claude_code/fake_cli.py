@@ -10,7 +10,8 @@ Script keys: ``startup_exit`` (exit with that code before reading anything),
 ``on_initialize`` (steps run when the SDK's ``initialize`` request arrives, before it is
 answered), ``steps`` (run after the user message), ``final_exit`` (exit code after stdin EOF).
 ``FAKE_CLAUDE_IGNORE_TERM`` in the env makes it outlive stdin EOF and ignore SIGTERM.
-Steps: ``{"emit": message}``, ``{"raw": text}``, ``{"request": request}`` (a control
+Steps: ``{"emit": message}``, ``{"raw": text}`` (``\\udcff`` in it is the raw byte 0xff),
+``{"deep": n}`` (one line: an array nested ``n`` deep), ``{"request": request}`` (a control
 request; waits for and logs its response), ``{"exit": code}``, ``{"signal": name}``,
 ``{"partial": text}`` (written with no newline), ``{"huge": n}`` (one line of ``n`` bytes),
 ``{"stderr": text}`` (one line on stderr), ``{"flood": {"count": n, "request": request}}`` (``n``
@@ -81,8 +82,10 @@ def serve(message: dict[str, Any]) -> None:
 
 
 def write(text: str) -> None:
-    sys.stdout.write(text)
+    """Text as UTF-8 with ``surrogateescape``: ``\\udcff`` in a raw step is the raw byte 0xff."""
     sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
 
 
 def run_steps(steps: list[dict[str, Any]], script: dict[str, Any]) -> int | None:
@@ -92,6 +95,8 @@ def run_steps(steps: list[dict[str, Any]], script: dict[str, Any]) -> int | None
             send(step["emit"])
         elif "raw" in step:
             write(step["raw"] + "\n")
+        elif "deep" in step:
+            write("[" * step["deep"] + "]" * step["deep"] + "\n")
         elif "partial" in step:
             write(step["partial"])
         elif "stderr" in step:

@@ -7,6 +7,7 @@ under a second.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -258,6 +259,22 @@ async def test_a_frame_that_breaks_framing_fails_the_run(fake_cli: FakeCli, bad:
     provider = fake_cli.provider({"steps": steps}, max_frame_bytes=1024)
     result, _ = await run_once(provider, fake_cli.work)
     assert result == Result(output="", stop_reason=StopReason.ERROR, diagnostic=line("query-run", "unknown"))
+
+
+async def test_a_frame_nested_too_deep_fails_the_run_like_any_broken_frame(fake_cli: FakeCli) -> None:
+    """100,000 levels: Python's JSON decoder gives up with a RecursionError; the run fails in
+    its stage as a broken frame does (Claude Code's vocabulary has no ``protocol``)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    steps = [{"raw": '{"type": "x", "deep": ' + deep + "}"}, {"emit": result_message()}]
+    result, _ = await run_once(fake_cli.provider({"steps": steps}), fake_cli.work)
+    assert result == Result(output="", stop_reason=StopReason.ERROR, diagnostic=line("query-run", "unknown"))
+
+
+async def test_invalid_utf8_inside_a_frame_is_replaced_and_the_answer_kept(fake_cli: FakeCli) -> None:
+    """The result's text holds the raw bytes 0xff 0xfe ("\\udcff" is written as 0xff)."""
+    frame = json.dumps(result_message(result="good \udcff\udcfe answer"), ensure_ascii=False)
+    result, _ = await run_once(fake_cli.provider({"steps": [{"raw": frame}]}), fake_cli.work)
+    assert result == Result(output="good \ufffd\ufffd answer", stop_reason=StopReason.COMPLETED)
 
 
 # -- start ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ so the stand-in stays honest about the protocol's shapes.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -439,8 +440,13 @@ async def test_a_turn_start_error_fails_in_turn_start(
 
 @pytest.mark.parametrize(
     ("step", "keys"),
-    [({"raw": "{not json"}, {}), ({"raw": "[1, 2]"}, {}), ({"raw": "x" * 5000}, {"max_frame_bytes": 4096})],
-    ids=["not-json", "not-an-object", "too-large"],
+    [
+        ({"raw": "{not json"}, {}),
+        ({"raw": "[1, 2]"}, {}),
+        ({"raw": "x" * 5000}, {"max_frame_bytes": 4096}),
+        ({"deep": 100_000}, {}),
+    ],
+    ids=["not-json", "not-an-object", "too-large", "nested-too-deep"],
 )
 async def test_a_broken_frame_fails_the_turn(
     tmp_path: Path, step: dict[str, Any], keys: dict[str, Any]
@@ -449,6 +455,16 @@ async def test_a_broken_frame_fails_the_turn(
     result, run = await run_once(standin(tmp_path, script=script, **keys), tmp_path)
     assert result == SubagentResult(output="kept", stop_reason="error", diagnostic=line())
     assert run.quiescent is True
+
+
+async def test_invalid_utf8_inside_a_frame_is_replaced_and_the_answer_kept(tmp_path: Path) -> None:
+    """The agent message holds the raw bytes 0xff 0xfe (the stand-in writes "\\udcff" as 0xff)."""
+    message = agent_message("good \udcff\udcfe answer", "final_answer")
+    frame = json.dumps({"method": message["notify"], "params": message["params"]}, ensure_ascii=False)
+    frame = frame.replace("$THREAD", STANDIN_THREAD).replace("$TURN", STANDIN_TURN)
+    script = [{"raw": frame}, turn_completed()]
+    result, run = await run_once(standin(tmp_path, script=script), tmp_path)
+    assert result == SubagentResult(output="good \ufffd\ufffd answer", stop_reason="completed")
 
 
 async def test_local_cancel_interrupts_the_turn(tmp_path: Path, transcript: Transcript) -> None:

@@ -494,6 +494,22 @@ async def test_malformed_frames_are_ignored_and_a_server_request_is_refused(tmp_
     assert [frame["error"]["code"] for frame in refusals] == [-32601]
 
 
+async def test_invalid_utf8_inside_a_frame_is_replaced_and_the_answer_kept(tmp_path: Path) -> None:
+    """The runtime's text holds the raw bytes 0xff 0xfe (an environment value's "\\udcff"
+    reaches the child as the byte 0xff, and the fake writes it back verbatim)."""
+    result, _ = await run_once(dsh(tmp_path, {"TEXT": "good \udcff\udcfe answer"}), tmp_path)
+    assert result == SubagentResult(output="good \ufffd\ufffd answer", stop_reason=StopReason.COMPLETED)
+
+
+async def test_a_frame_nested_too_deep_is_a_protocol_failure(tmp_path: Path) -> None:
+    """Unlike a line that is not JSON (skipped, as the runtimes print debug lines), a frame too
+    deep to parse is the wire breaking: ``session-run/protocol``."""
+    result, run = await run_once(dsh(tmp_path, {"DEEP_FRAME": "100000"}), tmp_path)
+    assert result.stop_reason == StopReason.ERROR
+    assert result.diagnostic == line("session-run", "protocol")
+    assert run.quiescent is True
+
+
 async def test_multibyte_utf8_split_across_reads_is_kept_whole(tmp_path: Path) -> None:
     text = "grüße ✓ 完了 🚀"
     result, _ = await run_once(dsh(tmp_path, {"TEXT": text, "SPLIT_UTF8": "1"}), tmp_path)

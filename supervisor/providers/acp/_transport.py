@@ -5,9 +5,11 @@ text) and dispatches every child-to-client request as a task of its own, without
 limit.  This transport, handed to ``connect_to_agent`` instead of the raw streams:
 
 * reads through the one bounded line reader;
-* ends the stream at the first line that is not a JSON-RPC message, recording a
-  protocol fault (the run fails at once, instead of waiting on a child that talks
-  garbage);
+* decodes each line leniently (invalid UTF-8 becomes U+FFFD: a broken byte in a chunk
+  never loses the answer) and parses it with the one frame parser;
+* ends the stream at the first line that is not a JSON-RPC message, or that is nested
+  too deep to handle, recording a protocol fault (the run fails at once, instead of
+  waiting on a child that talks garbage, or failing later as a broken connection);
 * counts child-to-client requests not yet answered and ends the stream when more than
   ``max_inflight`` are open at once (a child that floods requests without reading our
   answers cannot grow the parent's memory).
@@ -27,13 +29,14 @@ import anyio
 
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
-from supervisor.wire import InboundRequests
+from supervisor.wire import FrameTooDeep, InboundRequests, parse_frame
 
 
 class WireFault(enum.Enum):
     NOT_JSON_RPC = "a stdout line that is not a JSON-RPC message"
     TOO_MANY_REQUESTS = "too many unanswered child-to-client requests"
     FRAME_TOO_LARGE = "a stdout line over max_frame_bytes"
+    FRAME_TOO_DEEP = "a stdout line nested too deep"
 
 
 def is_json_rpc(message: object) -> bool:
@@ -86,7 +89,11 @@ class StdioTransport:
             if not line.strip():
                 continue
             try:
-                message = json.loads(line)
+                message = parse_frame(line)
+            except FrameTooDeep:
+                raw_failure("ACP child: a stdout line nested too deep (%d bytes)", len(line))
+                self._end(WireFault.FRAME_TOO_DEEP)
+                break
             except ValueError as exc:
                 raw_failure("ACP child: unparsable stdout line: %.200r", line, exc=exc)
                 self._end(WireFault.NOT_JSON_RPC)

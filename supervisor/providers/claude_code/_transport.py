@@ -29,7 +29,7 @@ from claude_agent_sdk import CLIConnectionError, Transport
 
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
-from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests, parse_frame
 
 log = logging.getLogger("supervisor")
 
@@ -232,11 +232,14 @@ class SupervisedTransport(Transport):
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
-    """One stdout frame: None for a blank or non-JSON line (some builds print debug lines)."""
+    """One stdout frame: None for a blank or non-JSON line (some builds print debug lines).
+
+    Invalid UTF-8 inside a frame becomes U+FFFD; a frame nested too deep raises
+    (``FrameTooDeep`` is a ``ValueError``, like any frame that breaks the framing)."""
     text = line.strip()
     if not text or not text.startswith(b"{"):
         return None
-    data = json.loads(text)
+    data = parse_frame(text)
     if not isinstance(data, dict):
         raise ValueError("a stream-json frame must be an object")
     return data

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import enum
 import itertools
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,7 +40,16 @@ from pydantic import BaseModel, ValidationError
 
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
-from supervisor.wire import CloseOnce, FrameWriter, Pending, PendingRequests, encode_frame, is_request_id
+from supervisor.wire import (
+    CloseOnce,
+    FrameTooDeep,
+    FrameWriter,
+    Pending,
+    PendingRequests,
+    encode_frame,
+    is_request_id,
+    parse_frame,
+)
 
 __all__ = [
     "AppServerWire",
@@ -288,7 +296,9 @@ class AppServerWire:
 
     async def _dispatch(self, line: bytes) -> None:
         try:
-            frame = json.loads(line)
+            frame = parse_frame(line)  # invalid UTF-8 in a frame becomes U+FFFD
+        except FrameTooDeep as exc:
+            raise _Malformed(f"nested too deep ({len(line)} bytes)") from exc
         except ValueError as exc:
             raise _Malformed(f"not JSON: {line[:_LOGGED_CHARS]!r}") from exc
         if not isinstance(frame, dict):

@@ -19,7 +19,6 @@ Errors are :mod:`._errors`, the turn fold :mod:`._fold`, the byte streams :mod:`
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -64,12 +63,14 @@ from supervisor.providers.dsh_sdk._subscription import Subscription
 from supervisor.wire import (
     DEFAULT_MAX_INFLIGHT_REQUESTS,
     CloseOnce,
+    FrameTooDeep,
     FrameWriter,
     InboundRequests,
     Pending,
     PendingRequests,
     encode_frame,
     is_request_id,
+    parse_frame,
 )
 
 __all__ = ["SERVER_NAME", "DshClient"]
@@ -269,8 +270,11 @@ class DshClient:
         if not stripped:
             return
         try:
-            frame = json.loads(stripped.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            frame = parse_frame(stripped)  # invalid UTF-8 in a frame becomes U+FFFD
+        except FrameTooDeep:
+            self._fail(DshProtocolError("a frame from the DSH SDK runtime is nested too deep"))
+            return
+        except ValueError:
             _ignored("not JSON", stripped)
             return
         if not isinstance(frame, dict):
