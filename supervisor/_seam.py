@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from supervisor._diagnostic import bound_diagnostic
+from supervisor._clean import clean_text
 from supervisor._public import home
 
 
@@ -60,7 +61,14 @@ class SubagentRequest(BaseModel):
     def _task_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("task must not be blank")
-        return value
+        # A lone surrogate (a JSON ``\\ud800`` escape from an MCP client or a batch line)
+        # cannot travel to the child as UTF-8: it becomes U+FFFD, like in every output.
+        return clean_text(value)
+
+    @field_validator("label")
+    @classmethod
+    def _label_clean(cls, value: str | None) -> str | None:
+        return None if value is None else clean_text(value)
 
 
 class Resources(BaseModel):
@@ -81,7 +89,9 @@ class Resources(BaseModel):
 
 
 class SubagentResult(BaseModel):
-    """What the parent receives.  The diagnostic bound is applied here, on every path."""
+    """What the parent receives.  The diagnostic bound is applied here, on every path, and
+    so is the one text rule: the child's text never holds a lone surrogate (each becomes
+    U+FFFD), so every output (terminal, JSON, records, MCP, spans, logs) can encode it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -89,10 +99,15 @@ class SubagentResult(BaseModel):
     stop_reason: str
     diagnostic: str | None = Field(default=None)
 
+    @field_validator("output", "stop_reason")
+    @classmethod
+    def _clean(cls, value: str) -> str:
+        return clean_text(value)
+
     @field_validator("diagnostic")
     @classmethod
     def _bounded(cls, value: str | None) -> str | None:
-        return bound_diagnostic(value)
+        return bound_diagnostic(None if value is None else clean_text(value))
 
 
 home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources)

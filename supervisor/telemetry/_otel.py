@@ -24,6 +24,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from machines import Transition, TransitionSink
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor._clean import clean_text
 from supervisor._version import package_version
 from supervisor.telemetry._facts import RunFacts, transition_attributes
 
@@ -69,12 +70,13 @@ class RunSpan:
     def begin(self, run: RunFacts) -> None:
         if self._span is not None:
             return
+        name = clean_text(run.provider_name)  # an embedder's name; OTLP must encode it as UTF-8
         self._span = self._tracer.start_span(
-            f"{OPERATION} {run.provider_name}",
+            f"{OPERATION} {name}",
             kind=SpanKind.CLIENT,
             attributes={
                 OPERATION_NAME: OPERATION,
-                AGENT_NAME: run.provider_name,
+                AGENT_NAME: name,
                 AGENT_ID: run.id,
                 KIND: run.kind,
             },
