@@ -463,7 +463,7 @@ async def test_invalid_utf8_inside_a_frame_is_replaced_and_the_answer_kept(tmp_p
     frame = json.dumps({"method": message["notify"], "params": message["params"]}, ensure_ascii=False)
     frame = frame.replace("$THREAD", STANDIN_THREAD).replace("$TURN", STANDIN_TURN)
     script = [{"raw": frame}, turn_completed()]
-    result, run = await run_once(standin(tmp_path, script=script), tmp_path)
+    result, _ = await run_once(standin(tmp_path, script=script), tmp_path)
     assert result == SubagentResult(output="good \ufffd\ufffd answer", stop_reason="completed")
 
 
