@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from supervisor._diagnostic import bound_diagnostic
 from supervisor._clean import clean_text
+from supervisor._diagnostic import bound_diagnostic
 from supervisor._public import home
 
 

@@ -10,6 +10,7 @@ containment.  Both engines import this module; neither imports the other's body.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
+from supervisor._clean import clean_text
 from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._registry import Provider, Registry
@@ -94,8 +96,25 @@ Outcome = BatchRecord | BatchError
 
 
 def to_json(outcome: Outcome) -> str:
-    """One output line (without the newline)."""
-    return json.dumps(outcome.as_dict(), ensure_ascii=False)
+    """One output line (without the newline); no lone surrogate survives (see ``clean_text``)."""
+    return clean_text(json.dumps(outcome.as_dict(), ensure_ascii=False))
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """JSONL lines: split on ``\\n`` only (U+2028, U+2029 and U+0085 are legal inside JSON
+    strings, and ``\\r`` before a newline is JSON whitespace)."""
+    return data.split(b"\n")
+
+
+def line_id(line: bytes | str) -> str | None:
+    """The id of a JSONL line, if it is an object with a string id (read leniently: a line
+    that is not valid UTF-8 still names its id, with U+FFFD where its bytes were broken)."""
+    with contextlib.suppress(ValueError, RecursionError):
+        document = json.loads(line.decode("utf-8", "replace") if isinstance(line, bytes) else line)
+        if isinstance(document, dict):
+            found = document.get("id")
+            return clean_text(found) if isinstance(found, str) and found else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,11 +162,16 @@ class Resolver:
         self._default_cwd = default_cwd
         self._seen: set[str] = set()
 
-    def parse_line(self, line: str, number: int) -> BatchJob | BatchError:
+    def parse_line(self, line: str | bytes, number: int) -> BatchJob | BatchError:
         """A JSONL line (``number`` is 1-based) as a job or an error record."""
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                return BatchError(id=line_id(line) or f"line {number}", error="not valid UTF-8")
         try:
             document = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deep to parse
             return BatchError(id=f"line {number}", error="not valid JSON")
         return self.resolve(document, number)
 
@@ -156,7 +180,7 @@ class Resolver:
         if isinstance(item, Mapping):
             raw_id = item.get("id")
             if isinstance(raw_id, str) and raw_id:
-                fallback_id = raw_id
+                fallback_id = clean_text(raw_id)
             try:
                 item = BatchItem.model_validate(dict(item))
             except ValidationError as exc:
@@ -165,25 +189,28 @@ class Resolver:
             return BatchError(id=fallback_id, error="not a JSON object")
         if not item.id:
             return BatchError(id=fallback_id, error="id: must be a non-empty string")
-        if item.id in self._seen:
-            return BatchError(id=item.id, error="id: duplicate id")
-        self._seen.add(item.id)
+        item_id = clean_text(item.id)  # ids are written to records: no lone surrogate
+        if item_id in self._seen:
+            return BatchError(id=item_id, error="id: duplicate id")
+        self._seen.add(item_id)
         if not item.task.strip():
-            return BatchError(id=item.id, error="task: the task is blank")
+            return BatchError(id=item_id, error="task: the task is blank")
         name = item.provider or self._default
         if name not in self._registry.list():
             have = ", ".join(self._registry.list())
-            return BatchError(id=item.id, error=f"provider: no provider named {name!r} (have: {have})")
+            return BatchError(id=item_id, error=f"provider: no provider named {name!r} (have: {have})")
         cwd = self._default_cwd
         if item.cwd is not None:
-            candidate = Path(item.cwd).expanduser()
-            candidate = Path(os.path.normpath(self._base_dir / candidate))
             try:
+                candidate = Path(item.cwd).expanduser()
+                candidate = Path(os.path.normpath(self._base_dir / candidate))
                 cwd = check_directory(candidate, "cwd")
             except CwdError as exc:
-                return BatchError(id=item.id, error=str(exc))
+                return BatchError(id=item_id, error=clean_text(str(exc)))
+            except ValueError:  # a NUL byte, or text no path can hold
+                return BatchError(id=item_id, error="cwd: not a valid path")
         return BatchJob(
-            id=item.id,
+            id=item_id,
             provider=self._registry.get(name),
             request=SubagentRequest(task=item.task, parent_cwd=cwd),
         )

@@ -68,13 +68,14 @@ def default_registry(*, stderr: str = "log") -> Registry:
     return registry
 
 
-Item = BatchItem | Mapping[str, Any] | str
+Item = BatchItem | Mapping[str, Any] | str | bytes
 
 
 def jobs_from(items: Iterable[Item], resolver: Resolver) -> Iterator[BatchJob | BatchError]:
-    """Items as jobs; a ``str`` item is a JSONL line (blank lines are skipped, but counted)."""
+    """Items as jobs; a ``str`` or ``bytes`` item is a JSONL line (blank lines are skipped, but
+    counted; a ``bytes`` line that is not UTF-8 is an error record)."""
     for number, item in enumerate(items, start=1):
-        if isinstance(item, str):
+        if isinstance(item, str | bytes):
             if item.strip():
                 yield resolver.parse_line(item, number)
         else:
@@ -97,7 +98,8 @@ async def batch(
 ) -> AsyncIterator[Outcome]:
     """Run every item and yield one record per finished run, in the order they finish.
 
-    ``items`` are :class:`BatchItem`, mappings of the same keys or JSONL lines; a bad one yields a
+    ``items`` are :class:`BatchItem`, mappings of the same keys or JSONL lines (``str``, or
+    ``bytes`` read from a file: one that is not UTF-8 is an error record); a bad one yields a
     :class:`BatchError` and the batch goes on.  ``registry`` holds the providers an item
     names (default: the first; without a registry, the built-in example agent).
     ``concurrency`` bounds the runs at once in this process (default: CPU count);

@@ -10,21 +10,19 @@ Ctrl-C skips the graces of the local runs' teardown and kills their trees at onc
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
 import signal
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import anyio
 
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
 from supervisor._registry import Registry
-from supervisor.batching._jobs import BatchEvents, to_json
+from supervisor.batching._jobs import BatchEvents, BatchRecord, line_id, split_lines, to_json
 from supervisor.batching._local import batch
+from supervisor.cli._batch_out import OutputFailed, RecordWriter
 from supervisor.cli._config_file import ConfigError, add_ceiling_arguments, apply_ceiling, load_registry
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -48,39 +46,21 @@ def add_parser(commands: Any) -> None:
 
 
 def _recorded_ids(path: Path) -> set[str]:
-    """The ids of the records already in ``path`` (a torn last line is ignored)."""
-    ids: set[str] = set()
-    with contextlib.suppress(FileNotFoundError), path.open(encoding="utf-8") as file:
-        for line in file:
-            with contextlib.suppress(ValueError):
-                document = json.loads(line)
-                if isinstance(document, dict) and isinstance(document.get("id"), str):
-                    ids.add(document["id"])
-    return ids
-
-
-def _line_id(line: str) -> str | None:
-    with contextlib.suppress(ValueError):
-        document = json.loads(line)
-        if isinstance(document, dict):
-            found = document.get("id")
-            return found if isinstance(found, str) else None
-    return None
-
-
-def _open_out(path: Path | None, resume: bool) -> IO[str]:
-    if path is None:
-        return sys.stdout
+    """The ids of the records already in ``path`` (a torn or unreadable line is ignored)."""
     try:
-        if resume and path.exists():
-            out = path.open("a+", encoding="utf-8")
-            out.seek(0, os.SEEK_END)
-            if out.tell() > 0:  # a record torn by a crash must not swallow the next one
-                out.seek(out.tell() - 1)
-                if out.read(1) != "\n":
-                    out.write("\n")
-            return out
-        return path.open("w", encoding="utf-8")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return set()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the output file ({exc.strerror})") from None
+    return {found for line in split_lines(data) if (found := line_id(line)) is not None}
+
+
+def _open_out(path: Path | None, resume: bool) -> RecordWriter:
+    if path is None:
+        return RecordWriter.to_stdout()
+    try:
+        return RecordWriter.to_file(path, resume=resume)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot write the output file ({exc.strerror})") from None
 
@@ -105,14 +85,15 @@ def command(args: argparse.Namespace) -> int:
             raise ConfigError("--ray needs the `ray` extra: pip install 'subagent-supervisor[ray]'") from None
     apply_ceiling(args)
     try:
-        lines = args.input.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError(f"{args.input}: cannot read the input file ({reason})") from None
+        # Split on "\n" only: U+2028, U+2029 and U+0085 are legal inside JSON strings.  A line
+        # that is not UTF-8 is one error record, not a refusal of the whole file.
+        lines = split_lines(args.input.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{args.input}: cannot read the input file ({exc.strerror})") from None
     registry, _names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
     if args.resume:
         done = _recorded_ids(args.out)
-        lines = ["" if _line_id(line) in done else line for line in lines]
+        lines = [b"" if line_id(line) in done else line for line in lines]
     out = _open_out(args.out, args.resume)
     telemetry.configure_from_cli(args.otel)
     try:
@@ -120,16 +101,16 @@ def command(args: argparse.Namespace) -> int:
             return anyio.run(_main, args, registry, lines, out, backend="asyncio")
     finally:
         telemetry.shutdown()
-        if out is not sys.stdout:
-            out.close()
+        out.close()
 
 
-async def _main(args: argparse.Namespace, registry: Registry, lines: list[str], out: IO[str]) -> int:
+async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes], out: RecordWriter) -> int:
     from supervisor.cli._batch_progress import BatchProgress  # rich: only when a batch runs
 
     progress = BatchProgress(sys.stderr, total=sum(1 for line in lines if line.strip()))
     abort = AbortSignal()
     cause: list[signal.Signals] = []
+    output_failed: list[OutputFailed] = []
     all_completed = True
     async with anyio.create_task_group() as tg:
 
@@ -157,13 +138,26 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[str], 
                 abort=abort,
                 events=events,
             ):
-                out.write(to_json(outcome) + "\n")
-                out.flush()
+                if not output_failed:
+                    try:
+                        out.write(to_json(outcome))
+                    except OutputFailed as exc:
+                        # Stop: nothing new starts, the running runs are cancelled and torn
+                        # down through the ladder; the records already written stay.
+                        output_failed.append(exc)
+                        abort.abort()
+                if output_failed:  # not recorded, so --resume runs it again
+                    if isinstance(outcome, BatchRecord):
+                        progress.cancelled_run(outcome.id)
+                    continue
                 progress.finished(outcome)
                 all_completed = all_completed and outcome.completed
         finally:
             progress.close()
             tg.cancel_scope.cancel()
+    if output_failed:
+        sys.stderr.write(f"subagents: {output_failed[0]}; the batch stopped (--resume runs the rest)\n")
+        return EXIT_FAILED
     if cause:
         return _SIGNAL_STATUS[cause[0]]
     return EXIT_OK if all_completed else EXIT_FAILED

@@ -28,6 +28,8 @@ Turn content (``session/prompt``), in this order:
   padded with ``x`` text, or n bytes of ``x`` when n is too small for the envelope (with ``HUGE_AT``
   the line goes out at that stage instead).
 - ``READY_FILE=path``: written (atomically, holding the pid) once the above is on stdout.
+- ``GATE_FIFO=path``: after that, before the turn ends, open the FIFO at path and read it to its
+  end (the turn ends only once the test has opened the FIFO for writing and closed it).
 
 Appetites (the limit tests), at the prompt, before its text and writing nothing meanwhile:
 
@@ -471,6 +473,9 @@ class Child:
                 return
             if env("HANG") in ("1", "prompt"):
                 self.is_cancelled(session_id, wait=None)
+            if gate := env("GATE_FIFO"):
+                with open(gate, "rb") as fifo:  # blocks until the test opens it for writing
+                    fifo.read()  # ... and closes it
             if not self.is_cancelled(session_id):
                 raw = env("PROMPT_RESULT")
                 self.result(rid, json.loads(raw) if raw else {"stopReason": stop}, "prompt")
