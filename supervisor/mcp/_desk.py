@@ -27,6 +27,7 @@ from supervisor._handle import Run
 from supervisor._registry import Registry
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult
 from supervisor._sequence import supervise
+from supervisor.process import PinnedDirectory, pinned
 
 log = logging.getLogger("supervisor")
 
@@ -85,6 +86,8 @@ class DeskRun:
     settled: Settled | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     listeners: list[StageListener] = field(default_factory=list)
+    pin: PinnedDirectory | None = None
+    """The checked cwd, held open until the run settles (the run starts in it)."""
 
     @property
     def run_id(self) -> str:
@@ -117,8 +120,14 @@ class Desk:
         self._slots = anyio.Semaphore(max_concurrent)
         self._runs: dict[str, DeskRun] = {}
 
-    def start(self, provider: str, request: SubagentRequest) -> DeskRun:
-        """Queue a run at once; it starts when a slot is free.  Raises the registry's checks."""
+    def start(
+        self, provider: str, request: SubagentRequest, *, pin: PinnedDirectory | None = None
+    ) -> DeskRun:
+        """Queue a run at once; it starts when a slot is free.  Raises the registry's checks.
+
+        ``pin`` (the request's checked ``parent_cwd``, held open) is the directory the run
+        starts in; the desk releases it once the run settles.
+        """
         chosen = self._registry.check(provider, request)
         holder: list[DeskRun] = []
 
@@ -126,7 +135,7 @@ class Desk:
             if holder:
                 holder[0].on_transition(entry)
 
-        entry = DeskRun(run=chosen.create_run(request, trace=trace), provider=provider)
+        entry = DeskRun(run=chosen.create_run(request, trace=trace), provider=provider, pin=pin)
         holder.append(entry)
         self._runs[entry.run_id] = entry
         self._task_group.start_soon(self._drive, entry)
@@ -162,8 +171,10 @@ class Desk:
                 self._settle(entry, StopReason.ABORTED, "", None)
 
     async def _run(self, entry: DeskRun) -> None:
-        # Disposed before it is recorded (also when the server goes away under it).
-        outcome = await supervise(entry.run, entry.abort)
+        # Disposed before it is recorded (also when the server goes away under it).  The
+        # child starts in the directory that was checked (the pin), whatever its path names now.
+        with pinned(entry.pin):
+            outcome = await supervise(entry.run, entry.abort)
         self._settle(entry, outcome.stop_reason, outcome.output, outcome.diagnostic, outcome.run.resources)
 
     def _settle(
@@ -185,6 +196,8 @@ class Desk:
             resources=resources,
         )
         entry.state = DeskState.SETTLED
+        if entry.pin is not None:
+            entry.pin.close()
         entry.done.set()
 
 

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -31,6 +31,8 @@ from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
 from supervisor.mcp._desk import Desk, DeskRun, Settled, inside_roots
+from supervisor.mcp._stdin import CleanStdin
+from supervisor.process import PinnedDirectory
 
 log = logging.getLogger("supervisor")
 
@@ -140,7 +142,7 @@ class SubagentTools:
 
     # -- arguments ------------------------------------------------------------------
 
-    def _request(self, arguments: dict[str, Any]) -> tuple[str, SubagentRequest]:
+    def _request(self, arguments: dict[str, Any]) -> tuple[str, SubagentRequest, PinnedDirectory]:
         unknown = set(arguments) - {"task", "provider", "cwd"}
         if unknown:
             raise ToolError(f"unknown argument(s): {', '.join(sorted(unknown))}")
@@ -151,21 +153,38 @@ class SubagentTools:
         provider = arguments.get("provider", providers[0])
         if not isinstance(provider, str) or provider not in providers:
             raise ToolError(f"provider must be one of: {', '.join(providers)}")
-        return provider, SubagentRequest(task=task, parent_cwd=self._cwd(arguments.get("cwd")))
+        pin = self._cwd(arguments.get("cwd"))
+        return provider, SubagentRequest(task=task, parent_cwd=pin.path), pin
 
-    def _cwd(self, value: Any) -> Path:
+    def _cwd(self, value: Any) -> PinnedDirectory:
+        """The directory ``value`` names, checked as it will be used: held open from the
+        check on (the run starts in the directory held, whatever happens to the path)."""
         roots = list(self._settings.roots)
         if value is None:
-            return roots[0]
-        if not isinstance(value, str) or not value.strip():
-            raise ToolError("cwd must be a non-empty string")
-        # Symlinks are resolved before the check, so a link that points out is refused.
-        candidate = Path(os.path.realpath(roots[0] / os.path.expanduser(value)))
-        if not inside_roots(candidate, roots):
+            target = roots[0]
+        else:
+            if not isinstance(value, str) or not value.strip():
+                raise ToolError("cwd must be a non-empty string")
+            if "\0" in value:
+                raise ToolError("cwd must not contain a NUL byte")
+            target = roots[0] / os.path.expanduser(value)
+        try:
+            # Symlinks are followed as the directory is opened; the check below is on the
+            # real path of what is held, so a link that points out is refused.
+            pin = PinnedDirectory.open(target)
+        except ValueError:  # text no path can hold (a lone surrogate)
+            raise ToolError("cwd is not a valid path") from None
+        except OSError:
+            if not inside_roots(Path(os.path.realpath(target)), roots):
+                raise ToolError("cwd is outside the allowed roots") from None
+            raise ToolError("cwd is not an accessible directory") from None
+        if not inside_roots(pin.path, roots):
+            pin.close()
             raise ToolError("cwd is outside the allowed roots")
-        if not candidate.is_dir() or not os.access(candidate, os.X_OK):
+        if not pin.accessible():
+            pin.close()
             raise ToolError("cwd is not an accessible directory")
-        return candidate
+        return pin
 
     def _entry(self, arguments: dict[str, Any], *, allowed: frozenset[str]) -> DeskRun:
         unknown = set(arguments) - allowed
@@ -208,10 +227,11 @@ class SubagentTools:
             return _text(str(exc), error=True)
 
     def _start(self, arguments: dict[str, Any]) -> DeskRun:
-        provider, request = self._request(arguments)
+        provider, request, pin = self._request(arguments)
         try:
-            return self._desk.start(provider, request)
+            return self._desk.start(provider, request, pin=pin)
         except SubagentError as exc:  # the registry's own checks: fixed texts, no child data
+            pin.close()
             raise ToolError(str(exc)) from None
 
     async def _run(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
@@ -316,7 +336,9 @@ async def serve(settings: McpSettings) -> int:
             SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool
         )
         try:
-            async with stdio_server() as (read_stream, write_stream):
+            # Our stdin reader: a lone surrogate escape from the client becomes U+FFFD
+            # (the SDK would drop such a frame unanswered).
+            async with stdio_server(stdin=cast(Any, CleanStdin())) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
             desk.cancel_all()  # the client is gone: every run ends, each tree torn down

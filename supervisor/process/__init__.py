@@ -16,7 +16,9 @@ from supervisor.process._containment import check_containment as check_containme
 from supervisor.process._containment import containment_for as containment_for
 from supervisor.process._containment import detect_containment as detect_containment
 from supervisor.process._cwd import CwdError as CwdError
+from supervisor.process._cwd import PinnedDirectory as PinnedDirectory
 from supervisor.process._cwd import check_directory as check_directory
+from supervisor.process._cwd import pinned as pinned
 from supervisor.process._cwd import resolve_configured_cwd as resolve_configured_cwd
 from supervisor.process._cwd import resolve_run_cwd as resolve_run_cwd
 from supervisor.process._env import HOST_TAG_VARIABLE as HOST_TAG_VARIABLE

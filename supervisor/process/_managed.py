@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from machines import TeardownLadder
 from supervisor._public import home
 from supervisor.process._containment import Containment, Enclosure, containment_for
+from supervisor.process._cwd import spawn_cwd
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
 from supervisor.process._host import pdeathsig_argv, pdeathsig_preexec, this_host
@@ -228,7 +229,7 @@ class ManagedProcess:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
-                cwd=spec.cwd,
+                cwd=spawn_cwd(spec.cwd),  # the directory held, when the workspace was pinned
                 env={**spec.env, HOST_TAG_VARIABLE: str(this_host())},
                 start_new_session=True,
                 preexec_fn=None if pdeathsig_argv() else pdeathsig_preexec(),
