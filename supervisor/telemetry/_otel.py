@@ -12,6 +12,7 @@ the child wrote.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -181,8 +182,47 @@ def tracer_from(provider: Any) -> trace.Tracer:
     return tracer
 
 
+def export_timeout(env: Mapping[str, str]) -> float:
+    """Seconds one export may take: the standard variables (read as the exporter reads
+    them), else :data:`EXPORT_TIMEOUT_SECONDS`.  The flush at exit is bounded by it too."""
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
+        raw = env.get(variable, "").strip()
+        if raw:
+            try:
+                value = float(raw)
+            except ValueError:
+                continue
+            if value > 0 and value != float("inf"):
+                return value
+    return EXPORT_TIMEOUT_SECONDS
+
+
+def shutdown_within(provider: Any, seconds: float) -> bool:
+    """Flush and shut ``provider`` down, waiting at most ``seconds`` in all; True if it finished.
+
+    The SDK bounds each read of an export by the timeout, not the export, and waits up to
+    30 s for its worker at shutdown: a collector that trickles its answer a byte at a
+    time holds the exit for that long.  So the shutdown runs in a daemon thread and the
+    command waits for it at most the export timeout; an export still running then is
+    abandoned (the thread dies with the process).
+    """
+    done = threading.Event()
+
+    def shut() -> None:
+        try:
+            provider.shutdown()
+        finally:
+            done.set()
+
+    threading.Thread(target=shut, name="subagents-otel-shutdown", daemon=True).start()
+    return done.wait(seconds)
+
+
 def sdk_provider(exporters: list[str], env: Mapping[str, str]) -> Any:
-    """An SDK tracer provider exporting with ``exporters`` through batch processors."""
+    """An SDK tracer provider exporting with ``exporters`` through batch processors.
+
+    It is not shut down at interpreter exit by the SDK (that shutdown is unbounded): the
+    command calls :func:`shutdown_within`."""
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -192,7 +232,9 @@ def sdk_provider(exporters: list[str], env: Mapping[str, str]) -> Any:
         if protocol and protocol != "http/protobuf":
             raise ConfigurationError(f"{variable}: only http/protobuf is supported")
     named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: "subagents"}))
+    provider = TracerProvider(
+        resource=Resource.create({} if named else {SERVICE_NAME: "subagents"}), shutdown_on_exit=False
+    )
     for name in dict.fromkeys(exporters):
         exporter: SpanExporter
         if name == "otlp":

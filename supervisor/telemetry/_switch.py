@@ -89,6 +89,7 @@ class _State:
 
     tracer: Any = None  # opentelemetry.trace.Tracer once enabled
     owned_provider: Any = None  # an SDK TracerProvider built by configure_from_cli
+    flush_timeout: float = 0.0  # the whole flush at shutdown waits at most this (seconds)
     attached: object = None  # the context token of an inherited TRACEPARENT
 
 
@@ -161,6 +162,7 @@ def configure_from_cli(enabled: bool, *, environ: Mapping[str, str] | None = Non
     provider = _otel.sdk_provider(exporters or ["otlp"], env)
     shutdown()
     _state.owned_provider = provider
+    _state.flush_timeout = _otel.export_timeout(env)
     _state.tracer = _otel.tracer_from(provider)
     _state.attached = _otel.attach_traceparent(env)
     return True
@@ -169,7 +171,10 @@ def configure_from_cli(enabled: bool, *, environ: Mapping[str, str] | None = Non
 def shutdown() -> None:
     """Flush and close the provider :func:`configure_from_cli` built; telemetry is then off.
 
-    An embedder's provider (:func:`use`) is left alone: the embedder owns it.
+    The whole flush is bounded by the export timeout (a collector that answers slowly, or
+    a byte at a time, delays the command's exit by at most that); spans not exported by
+    then are dropped.  An embedder's provider (:func:`use`) is left alone: the embedder
+    owns it.
     """
     provider, _state.owned_provider = _state.owned_provider, None
     if provider is None:
@@ -179,7 +184,7 @@ def shutdown() -> None:
 
     _otel.detach(_state.attached)
     _state.attached = None
-    provider.shutdown()
+    _otel.shutdown_within(provider, _state.flush_timeout)
 
 
 @contextmanager
