@@ -273,15 +273,62 @@ def test_blank_task_is_a_usage_error(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stderr) == (2, "subagents: the task is blank\n")
 
 
-@pytest.mark.parametrize(
-    ("hang_at", "expected"),
-    [
-        ("prompt", {"started": True, "stop_reason": "aborted", "diagnostic": None, "quiescent": True}),
-        ("initialize", {"started": False, "stop_reason": None, "diagnostic": None, "quiescent": True}),
-    ],
-    ids=["after-publication", "before-publication"],
-)
-def test_timeout_is_a_local_cancellation(tmp_path: Path, hang_at: str, expected: dict[str, Any]) -> None:
+BEFORE_PUBLICATION = {"started": False, "stop_reason": None, "diagnostic": None, "quiescent": True}
+AFTER_PUBLICATION = {"started": True, "stop_reason": "aborted", "diagnostic": None, "quiescent": True}
+
+
+def published(proc: subprocess.CompletedProcess[str]) -> bool:
+    """Whether the ``--trace`` lines on stderr show the run's publication (the session)."""
+    events = [json.loads(line)["event"] for line in proc.stderr.splitlines() if line.startswith("{")]
+    return "session_created" in events
+
+
+def timed_out_after_publication(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``subagents run --trace --timeout S ARGS t -- <child hanging in its prompt>``, cut by
+    the timer after the run was published; returns the run and the S that did it.
+
+    The timer counts from the start of the run, and how long a start takes depends on the
+    machine's load: no fixed S is sure to outlast it on a loaded 2-core machine.  So an
+    attempt whose start the timer beat (no publication in the trace) is checked for what it
+    is, a cancelled start, and the next attempt gets twice the time.  Nothing waits on a
+    guess; every attempt's outcome is checked.
+    """
+    seconds = 1.0
+    while True:
+        proc = subagents(
+            "run",
+            "--trace",
+            "--timeout",
+            f"{seconds:g}",
+            *args,
+            "t",
+            "--",
+            *ACP_CHILD,
+            cwd=tmp_path,
+            env={"ACP_CHILD_HANG": "prompt", **(env or {})},
+        )
+        assert proc.returncode == 130, proc.stderr
+        if published(proc):
+            return proc, seconds
+        if "--json" in args:
+            doc = as_json(proc)
+            assert {key: doc[key] for key in BEFORE_PUBLICATION} == BEFORE_PUBLICATION
+        seconds *= 2
+        assert seconds <= 64, "no start was published within a minute"
+
+
+def test_timeout_after_publication_is_a_local_cancellation(tmp_path: Path) -> None:
+    """Before, this ran ``--timeout 1`` once and assumed the start would beat it; on a loaded
+    machine it did not (``started: false``)."""
+    proc, _ = timed_out_after_publication(tmp_path, "--json")
+    doc = as_json(proc)
+    assert {key: doc[key] for key in AFTER_PUBLICATION} == AFTER_PUBLICATION
+
+
+def test_timeout_before_publication_is_a_local_cancellation(tmp_path: Path) -> None:
+    """The child never answers ``initialize``: the start cannot beat the timer, whatever the load."""
     proc = subagents(
         "run",
         "--json",
@@ -291,11 +338,11 @@ def test_timeout_is_a_local_cancellation(tmp_path: Path, hang_at: str, expected:
         "--",
         *ACP_CHILD,
         cwd=tmp_path,
-        env={"ACP_CHILD_HANG": hang_at},
+        env={"ACP_CHILD_HANG": "initialize"},
     )
     assert proc.returncode == 130
     doc = as_json(proc)
-    assert {key: doc[key] for key in expected} == expected
+    assert {key: doc[key] for key in BEFORE_PUBLICATION} == BEFORE_PUBLICATION
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -727,9 +727,13 @@ async def test_a_tree_that_will_not_die_fails_dispose_with_a_shutdown_line(
     with pytest.raises(TeardownFailed) as info:
         async with registry_with(provider).run("dsh-sdk", request(tmp_path)) as run:
             await run.result()
-    # No exit fields on a DSH line, although the runtime's exit (code 0) is known.
+    # No exit fields on a DSH line, although the runtime's exit is known: code 0 after its
+    # shutdown answer, or SIGTERM if a loaded machine let the 50 ms EOF grace run out first.
     assert str(info.value) == "Subagent failure (provider: DSH SDK; stage: shutdown; category: unknown)"
-    assert run.exit_facts == ExitFacts(exit_code=0, signal=None)
+    assert run.exit_facts in (
+        ExitFacts(exit_code=0, signal=None),
+        ExitFacts(exit_code=None, signal="SIGTERM"),
+    )
     assert run.state == "leaked"
     assert run.quiescent is False
     with pytest.raises(TeardownFailed):
