@@ -5,6 +5,9 @@ line); 2 a usage or configuration error found before anything ran; 130 Ctrl-C, 1
 SIGTERM, 129 SIGHUP (running runs are cancelled and torn down, finished records kept,
 runs that did not finish are not written, so ``--resume`` runs them again; a second
 Ctrl-C skips the graces of the local runs' teardown and kills their trees at once).
+A write error on the output stops the batch the same way (nothing new starts, the running
+runs are cancelled and torn down, the records written stay whole) and exits 1 with one
+line naming the output and the OS reason.
 """
 
 from __future__ import annotations
