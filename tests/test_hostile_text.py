@@ -30,9 +30,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from supervisor import Registry, SubagentRequest
+from supervisor import Registry, StderrMode, SubagentRequest
+from supervisor.providers.acp import Config as AcpConfig
 from supervisor.providers.acp import Provider as AcpProvider
-from tests.support.reliability import acp_child
 from tests.test_cli import ACP_CHILD
 
 SESSION = "hostile-session"
@@ -272,10 +272,9 @@ def test_fuzz_the_log_records(
     child's text, routed to ``supervisor.child``).  Every record is written; none is lost."""
     notice = {"jsonrpc": "2.0", "method": "strange/" + method, "params": {"sessionId": SESSION}}
     strange = json.dumps(notice).encode()
-    knobs = {
-        k.removeprefix("ACP_CHILD_"): v for k, v in frames_env(tmp_path, [strange, *hostile.frames]).items()
-    }
-    provider = AcpProvider(acp_child(knobs))
+    env: dict[str, str | None] = {**frames_env(tmp_path, [strange, *hostile.frames])}
+    config = AcpConfig(command=sys.executable, args=["-I", ACP_CHILD[-1]], env=env, stderr=StderrMode.LOG)
+    provider = AcpProvider(config)
 
     async def once() -> str:
         registry = Registry()
