@@ -32,10 +32,11 @@ from supervisor.process import (
     detect_containment,
     host_is_alive,
     keeper_pid,
+    sweep,
     this_host,
 )
 from supervisor.process._keeper import KEEPER_PROGRAM
-from supervisor.process._keeper_main import KEEPER_NAME, start_time
+from supervisor.process._keeper_main import KEEPER_NAME, cgroup_members, start_time
 from supervisor.process._markers import marker_dir
 from tests.conftest import CHILDREN, PYTHON, tagged
 
@@ -210,7 +211,7 @@ def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> Non
 
 @contextlib.contextmanager
 def abandoned_run(
-    tmp_path: Path, mode: str = "process-tree"
+    tmp_path: Path, mode: str = "process-tree", *options: str
 ) -> Iterator[tuple[dict[str, Any], dict[int, int]]]:
     """A run whose host and keeper were both SIGKILLed: its grandchild and daemon live on.
 
@@ -218,7 +219,7 @@ def abandoned_run(
     """
     if mode == "cgroup" and detect_containment().cgroup_base is None:
         pytest.skip("no cgroup mode here")
-    with host(tmp_path, mode) as (proc, facts):
+    with host(tmp_path, mode, *options) as (proc, facts):
         keeper = pidfds([facts["keeper"]])
         os.kill(facts["keeper"], signal.SIGKILL)
         assert wait_gone(keeper) == []
@@ -437,6 +438,68 @@ def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
         for path in (leaf, group):
             with contextlib.suppress(OSError):
                 path.rmdir()
+
+
+@needs_cgroup
+def test_reap_kills_a_dead_hosts_group_whose_members_are_in_another_pid_namespace(tmp_path: Path) -> None:
+    """The run's grandchild is ``unshare --pid --fork sh`` (PID 1 of a namespace of its own, with a
+    ``sleep``): after the host and its keeper die, the sweep behind ``subagents reap`` kills the
+    host's group whole.
+
+    The sweep runs in this process right after the host died: other test suites on the machine
+    sweep dead hosts' leftovers too, and a sweep of theirs must not get there first.
+    """
+    assert CGROUP.cgroup_base is not None
+    with host(tmp_path, "cgroup", "pid-namespace") as (proc, facts):
+        group = CGROUP.cgroup_base / "subagents-{}-{}".format(*facts["host"].split(":"))
+        os.kill(facts["keeper"], signal.SIGKILL)
+        assert wait_gone(pidfds([facts["keeper"]])) == []
+        members = cgroup_members(group)
+        ours = os.readlink("/proc/self/ns/pid")
+        inner = [pid for pid in members if os.readlink(f"/proc/{pid}/ns/pid") != ours]
+        assert len(inner) == 2  # the namespace's shell and its sleep
+        fds = pidfds(members)
+        proc.kill()
+        proc.wait(timeout=GONE_WITHIN)
+        lines = [item.line() for item in sweep()]
+        assert [line for line in lines if line.startswith(f"reaped cgroup {group} (")], lines
+        assert wait_gone(fds) == []
+        assert not group.exists()
+
+
+def test_reap_ends_exactly_the_tagged_processes_of_a_dead_host(tmp_path: Path) -> None:
+    """Two tagged processes share a process group with one that is not tagged: the sweep behind
+    ``subagents reap`` ends the two (one line each) and leaves the third alone."""
+    script = f'sleep 600 & env -u {HOST_TAG_VARIABLE} sleep 600 & echo "$!"; wait'
+    with stand_in_host() as (_stand_in, identity):
+        group = subprocess.Popen(
+            ["sh", "-c", script],
+            env={**os.environ, HOST_TAG_VARIABLE: str(identity)},
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert group.stdout is not None
+        untagged = int(group.stdout.readline())
+    try:
+        members = [int(p) for p in Path(f"/proc/{group.pid}/task/{group.pid}/children").read_text().split()]
+        tagged_sleep = next(pid for pid in members if pid != untagged)
+        assert os.getpgid(untagged) == os.getpgid(tagged_sleep) == group.pid
+        assert not host_is_alive(identity)
+        fds = pidfds([group.pid, tagged_sleep])
+        lines = [item.line() for item in sweep()]
+        for pid in (group.pid, tagged_sleep):
+            assert f"reaped process {pid} (host {identity} is gone)" in lines
+        assert not [line for line in lines if f" {untagged} " in line]
+        assert wait_gone(fds) == []  # (and reaped: the shell was our child)
+        assert host_is_alive(HostIdentity(untagged, start_time(untagged) or 0))  # never signalled
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(untagged, signal.SIGKILL)
+        wait_gone(pidfds([untagged]))
+        group.wait(timeout=GONE_WITHIN)
+        assert group.stdout is not None
+        group.stdout.close()
 
 
 # -- the keeper of this very process --------------------------------------------------------

@@ -97,7 +97,11 @@ def in_our_pid_namespace(pid: int) -> bool:
 
 
 def tagged_processes(variable: str) -> dict[int, str]:
-    """Every process of our pid namespace whose environment carries ``variable``, with its value."""
+    """Every process we can see whose environment carries ``variable``, with its value.
+
+    Processes in pid namespaces below ours are seen too (with our numbers for them);
+    whose host a value names is for the caller to judge (see ``_sweep``).
+    """
     name = variable.encode()
     me = os.getpid()
     found: dict[int, str] = {}
@@ -105,7 +109,7 @@ def tagged_processes(variable: str) -> dict[int, str]:
         if pid == me:
             continue
         value = environ_value(pid, name)
-        if value is not None and in_our_pid_namespace(pid):
+        if value is not None:
             found[pid] = value.decode("utf-8", "replace")
     return found
 
@@ -130,18 +134,26 @@ def kill_group(pgid: int, leader_start: int | None) -> bool:
     return True
 
 
-def kill_process(pid: int) -> bool:
-    """SIGKILL ``pid`` and its process group (when that group is not ours)."""
-    killed = False
-    with contextlib.suppress(OSError):
-        pgid = os.getpgid(pid)
-        if pgid > 1 and pgid != os.getpgrp():
-            os.killpg(pgid, signal.SIGKILL)
-            killed = True
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-        killed = True
-    return killed
+def kill_tagged(pid: int, variable: str, value: str) -> bool:
+    """SIGKILL ``pid`` if it still carries ``variable=value``: that process alone.
+
+    A pidfd opened before the check pins the process, so a pid reused in between is
+    never hit; its process group is left alone (a group-mate without the tag may be
+    anybody's).
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False  # gone already (or no descriptor left: a later pass tries again)
+    try:
+        if environ_value(pid, variable.encode()) != value.encode():
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def end_tagged(
@@ -149,8 +161,9 @@ def end_tagged(
 ) -> dict[int, str]:
     """SIGKILL every process tagged with one of ``values`` until a full pass finds none.
 
-    A killed process is a zombie until its parent reaps it; a zombie's environment
-    reads empty, so it is not found again.  Returns the pids killed, with their tag.
+    Exactly the tagged processes: nothing else in their process groups.  A killed
+    process is a zombie until its parent reaps it; a zombie's environment reads empty,
+    so it is not found again.  Returns the pids killed, with their tag.
     """
     wanted = set(values)
     killed: dict[int, str] = {}
@@ -160,7 +173,7 @@ def end_tagged(
         if not found or time.monotonic() > end:
             return killed
         for pid, value in found.items():
-            if kill_process(pid):
+            if kill_tagged(pid, variable, value):
                 killed[pid] = value
 
 

@@ -4,12 +4,13 @@ Two kinds of leftovers, both recognised by the host identity (``<pid>:<start tim
 of a host that no longer runs:
 
 * cgroups named ``subagents-<pid>-<start>`` anywhere on the cgroup v2 mount: every
-  member is killed with ``cgroup.kill``, the group is awaited empty (``populated 0``,
-  event-driven and bounded) and removed, leaves first; then the same names in the
-  cgroup v1 hierarchies runs' limits use (``memory``, ``pids``, ``cpu``), whose members
-  are killed one by one (v1 has no ``cgroup.kill``);
+  member, in whatever pid namespace, is killed with ``cgroup.kill``, the group is
+  awaited empty (``populated 0``, event-driven and bounded) and removed, leaves first;
+  then the same names in the cgroup v1 hierarchies runs' limits use (``memory``,
+  ``pids``, ``cpu``), whose members are killed one by one (v1 has no ``cgroup.kill``);
 * processes whose environment carries ``SUBAGENT_SUPERVISOR_HOST`` of a dead host:
-  SIGKILL to each and to its process group, pass after pass until none is found.
+  SIGKILL to each of them and to nothing else (an untagged process in the same
+  process group is left alone), pass after pass until none is found.
 
 Normally the keeper of the dead host did this already; the sweep is for a host and
 keeper killed together, or a machine where the keeper could not run.  At a host's
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,11 +31,13 @@ from supervisor.process._cgroup import own_cgroup_path, parse_host_group, unifie
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._host import HostIdentity, host_is_alive
 from supervisor.process._keeper_main import (
+    all_pids,
     cgroup_kill,
     cgroup_members,
     end_tagged,
     in_our_pid_namespace,
     remove_cgroup,
+    start_time,
     tagged_processes,
     wait_cgroup_empty,
 )
@@ -100,33 +103,73 @@ def sweep_cgroups(mount: Path | None = None) -> list[Reaped]:
 
 
 def _sweep_hierarchy(mount: Path, home: Path | None) -> list[Reaped]:
-    """End the groups of dead hosts in one hierarchy.
+    """End the groups of dead hosts in one hierarchy, whatever pid namespaces their members
+    are in.
 
-    A group is judged only when every member lives in our pid namespace (its name
-    holds a pid as the host's namespace numbers it), and an empty one is removed
-    only where this process would create its own: under its own cgroup path.
+    A group is judged only when every member is visible from our pid namespace
+    (``cgroup.procs`` shows 0 for a process we cannot see: the group is then an
+    outer host's); its members may live in namespaces below ours (a run's child
+    that ``unshare --pid --fork``s).  A dead host's group is killed whole.  An empty
+    one is removed only where this process would create its own: under its own
+    cgroup path.
     """
     reaped = []
     for path, host in list(host_groups(mount)):
-        members = set(cgroup_members(path))
-        if not all(in_our_pid_namespace(pid) for pid in members):
+        members = cgroup_members(path)
+        if 0 in members:
             continue
         if not members and path.parent != home:
             continue
-        if host_is_alive(host):
+        if _alive(host, members):
             continue
         cgroup_kill(path)
         wait_cgroup_empty(path)
         if remove_cgroup(path) or members:
-            reaped.append(Reaped(host, path=path, processes=len(members)))
+            reaped.append(Reaped(host, path=path, processes=len(set(members))))
     return reaped
 
 
+def _alive(host: HostIdentity, pids: Iterable[int]) -> bool:
+    """Whether ``host``, named by processes ``pids``, still runs.
+
+    A host identity holds a pid as the host's own pid namespace numbers it.  When
+    every one of ``pids`` lives in our namespace, so did their host: our numbers
+    decide.  When some live in namespaces below ours, the host may be one of ours
+    or a process inside a container we can see into; then it is alive if any
+    process we can see started at its start time with its pid in some namespace.
+    """
+    if host_is_alive(host):
+        return True
+    if all(in_our_pid_namespace(pid) for pid in pids):
+        return False
+    return host_seen_in_any_namespace(host)
+
+
+def host_seen_in_any_namespace(host: HostIdentity) -> bool:
+    """Whether a live process started at ``host.start`` is ``host.pid`` in one of its pid namespaces."""
+    for pid in all_pids():
+        if start_time(pid) != host.start:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("NSpid:") and str(host.pid) in line.split()[1:]:
+                return host_is_alive(HostIdentity(pid, host.start))
+    return False
+
+
 def sweep_processes() -> list[Reaped]:
+    """End the processes tagged with a dead host's identity: exactly those, one line each."""
+    tagged = tagged_processes(HOST_TAG_VARIABLE)
+    carriers: dict[str, list[int]] = {}
+    for pid, value in tagged.items():
+        carriers.setdefault(value, []).append(pid)
     dead: dict[str, HostIdentity] = {}
-    for value in set(tagged_processes(HOST_TAG_VARIABLE).values()):
+    for value, pids in carriers.items():
         host = HostIdentity.parse(value)
-        if host is not None and not host_is_alive(host):
+        if host is not None and not _alive(host, pids):
             dead[value] = host
     if not dead:
         return []

@@ -108,9 +108,11 @@ Process behaviour:
   ``SIGTERM_FILE=path``: SIGTERM writes the file; without ``TRAP_TERM`` the child then dies by SIGTERM.
 - ``GRANDCHILD`` flag: at start, spawn ``sleep 600`` in the child's process group. ``DAEMON`` flag:
   at start, double-fork a ``setsid`` daemon running ``sleep 600``. Both take comma-separated options
-  instead of ``1``: ``keep-stdio`` (the descendant keeps the child's stdio pipes; default /dev/null)
-  and ``trap-term`` (the descendant ignores SIGTERM). ``GRANDCHILD_PID_FILE=path``: their pids are
-  appended to it, one per line.
+  instead of ``1``: ``keep-stdio`` (the descendant keeps the child's stdio pipes; default /dev/null),
+  ``trap-term`` (the descendant ignores SIGTERM) and ``pid-namespace`` (the descendant is
+  ``unshare --pid --fork sh``, a shell that is PID 1 of a new pid namespace with a ``sleep 600``
+  of its own; the child goes on once both are running). ``GRANDCHILD_PID_FILE=path``: their pids
+  are appended to it, one per line.
 - ``LOG_FILE=path``: every frame read from stdin is appended to it as one line.
 """
 
@@ -215,6 +217,11 @@ def spawn_descendants() -> None:
         argv = ["sleep", "600"]
         if "trap-term" in options:
             argv = ["sh", "-c", "trap '' TERM; exec sleep 600"]
+        ready_r, ready_w = -1, -1
+        if "pid-namespace" in options:
+            ready_r, ready_w = os.pipe()
+            script = "sleep 600 & echo ready >&3; exec 3>&-; wait"
+            argv = ["unshare", "--pid", "--fork", "sh", "-c", script]
         pid = os.fork()
         if pid == 0:  # the grandchild (GRANDCHILD) or the intermediate (DAEMON)
             try:
@@ -227,9 +234,15 @@ def spawn_descendants() -> None:
                     devnull = os.open(os.devnull, os.O_RDWR)
                     for fd in (0, 1, 2):
                         os.dup2(devnull, fd)
+                if ready_w >= 0:
+                    os.dup2(ready_w, 3)  # inheritable: the shell in the new namespace writes it
                 os.execvp(argv[0], argv)
             finally:
                 os._exit(127)
+        if ready_w >= 0:
+            os.close(ready_w)
+            with os.fdopen(ready_r, "rb") as ready_pipe:
+                ready_pipe.readline()  # the shell and its sleep run in the new namespace
         if kind == "DAEMON":
             os.waitpid(pid, 0)
         else:

@@ -1,8 +1,9 @@
 """A supervising host for the host-death tests: one run through the public API, then wait.
 
-Usage: ``host.py PID_FILE [subreaper-off] [cgroup|process-tree]``.  It starts an ``acp`` run of the scripted
-ACP child with a grandchild in the child's group and a ``setsid`` daemon, whose turn
-never ends.  Once the run is started it prints one JSON line on stdout:
+Usage: ``host.py PID_FILE [subreaper-off] [cgroup|process-tree] [pid-namespace]``.  It starts an
+``acp`` run of the scripted ACP child with a grandchild in the child's group (with
+``pid-namespace``: an ``unshare --pid --fork`` tree instead) and a ``setsid`` daemon,
+whose turn never ends.  Once the run is started it prints one JSON line on stdout:
 ``{"run_id", "host", "keeper", "child", "descendants"}`` and then waits for the turn
 forever, so the test can kill it (and its keeper) mid-run.
 """
@@ -23,9 +24,9 @@ from supervisor.providers import acp
 ACP_CHILD = Path(__file__).resolve().with_name("acp_child.py")
 
 
-async def main(pid_file: Path, subreaper: bool, containment: str) -> None:
+async def main(pid_file: Path, subreaper: bool, containment: str, grandchild: str) -> None:
     env: dict[str, str | None] = {
-        "ACP_CHILD_GRANDCHILD": "1",
+        "ACP_CHILD_GRANDCHILD": grandchild,
         "ACP_CHILD_DAEMON": "1",
         "ACP_CHILD_GRANDCHILD_PID_FILE": str(pid_file),
         "ACP_CHILD_HANG": "1",
@@ -59,4 +60,6 @@ if __name__ == "__main__":
     os.chdir(Path(sys.argv[1]).parent)
     modes = [arg for arg in sys.argv[2:] if arg in ("cgroup", "process-tree")]
     mode = modes[0] if modes else "auto"
-    anyio.run(main, Path(sys.argv[1]), "subreaper-off" not in sys.argv[2:], mode, backend="asyncio")
+    grandchild = "pid-namespace" if "pid-namespace" in sys.argv[2:] else "1"
+    subreaper = "subreaper-off" not in sys.argv[2:]
+    anyio.run(main, Path(sys.argv[1]), subreaper, mode, grandchild, backend="asyncio")
