@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from supervisor.process import (
     detect_containment,
     host_is_alive,
     keeper_pid,
-    sweep,
     this_host,
 )
 from supervisor.process._keeper import KEEPER_PROGRAM
@@ -209,13 +208,48 @@ def test_sighup_cancels_the_cli_locally_and_ends_the_tree(tmp_path: Path) -> Non
     assert tagged(doc["run_id"]) == []
 
 
+# `subagents reap`, loaded and waiting for its cue.  Other test suites on this machine sweep
+# dead hosts' leftovers too (every host does at its first spawn): the reap starts the moment
+# the test has made its leftovers, so no sweep of theirs gets there first.
+PRELOADED_REAP = (
+    "import sys\n"
+    "from supervisor.cli import main\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.read()\n"
+    "sys.exit(main(['reap']))\n"
+)
+
+
+@contextlib.contextmanager
+def reaper() -> Iterator[Callable[[], list[str]]]:
+    """A ``subagents reap`` that runs when the yielded function is called; it returns the lines."""
+    proc = subprocess.Popen(
+        [PYTHON, "-c", PRELOADED_REAP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "ready\n"
+
+        def reap() -> list[str]:
+            out, _ = proc.communicate("", timeout=120)
+            assert proc.returncode == 0
+            return out.splitlines()
+
+        yield reap
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 @contextlib.contextmanager
 def abandoned_run(
     tmp_path: Path, mode: str = "process-tree", *options: str
 ) -> Iterator[tuple[dict[str, Any], dict[int, int]]]:
     """A run whose host and keeper were both SIGKILLed: its grandchild and daemon live on.
 
-    Yields the host's facts and pidfds of the two survivors.
+    Yields at once (the direct child may still be dying by its parent-death signal) the
+    host's facts and pidfds of the two survivors.
     """
     if mode == "cgroup" and detect_containment().cgroup_base is None:
         pytest.skip("no cgroup mode here")
@@ -224,34 +258,27 @@ def abandoned_run(
         os.kill(facts["keeper"], signal.SIGKILL)
         assert wait_gone(keeper) == []
         child = pidfds([facts["child"]])
-        proc.kill()
-        proc.wait(timeout=GONE_WITHIN)
-        # The direct child dies by its parent-death signal; the grandchild and the daemon stay.
-        assert wait_gone(child) == []
         left = pidfds(facts["descendants"])
         assert sorted(left) == sorted(facts["descendants"])
+        proc.kill()
+        proc.wait(timeout=GONE_WITHIN)
         pid, start = facts["host"].split(":")
         directory = marker_dir()
         assert directory is not None
         assert (directory / f"{pid}-{start}").exists()  # the keeper did not finish
         yield facts, left
+        assert wait_gone(child) == []
         assert not (directory / f"{pid}-{start}").exists()
 
 
 @pytest.mark.parametrize("mode", ["process-tree", "cgroup"])
 def test_reap_ends_what_a_host_and_its_keeper_left(tmp_path: Path, mode: str) -> None:
-    with abandoned_run(tmp_path, mode) as (facts, left):
-        reap = subprocess.run(
-            [sys.executable, "-m", "supervisor.cli", "reap"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert reap.returncode == 0
-        lines = reap.stdout.splitlines()
+    with reaper() as reap, abandoned_run(tmp_path, mode) as (facts, left):
+        lines = reap()
         if mode == "cgroup":  # the leaf holds both survivors; the whole host group goes at once
             group = CGROUP.cgroup_base / "subagents-{}-{}".format(*facts["host"].split(":"))  # type: ignore[operator]
-            assert f"reaped cgroup {group} (2 processes)" in lines
+            # (and the direct child, if its parent-death signal had not ended it yet)
+            assert {f"reaped cgroup {group} ({n} processes)" for n in (2, 3)} & set(lines), lines
         else:
             for pid in facts["descendants"]:
                 assert f"reaped process {pid} (host {facts['host']} is gone)" in lines
@@ -411,6 +438,36 @@ def keeper_ends_the_leaf(group: Path, identity: HostIdentity) -> None:
 
 
 @needs_cgroup
+def test_the_keeper_removes_its_hosts_group_with_no_run_in_flight(tmp_path: Path) -> None:
+    """A host killed between runs (every run withdrawn) still leaves no group behind."""
+    assert CGROUP.cgroup_base is not None
+    with stand_in_host() as (stand_in, identity):
+        group = CGROUP.cgroup_base / f"subagents-{identity.pid}-{identity.start}"
+        leaf = group / "run-done"
+        leaf.mkdir(parents=True)
+        try:
+            read_fd, write_fd = os.pipe()
+            keeper = subprocess.Popen(
+                [PYTHON, "-I", "-S", str(KEEPER_PROGRAM), HOST_TAG_VARIABLE, str(identity)],
+                stdin=read_fd,
+                start_new_session=True,
+            )
+            os.close(read_fd)
+            start = start_time(stand_in.pid)
+            os.write(write_fd, f"+run done {stand_in.pid} {start} {leaf}\n".encode())
+            leaf.rmdir()  # the run's teardown proved its tree gone and removed its leaf
+            os.write(write_fd, f"-run done {stand_in.pid}\n".encode())
+            os.close(write_fd)  # the host dies between runs
+            assert keeper.wait(timeout=GONE_WITHIN) == 0
+            assert stand_in.poll() is None  # nothing to end: the run was withdrawn
+            assert not group.exists()
+        finally:
+            for path in (leaf, group):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+@needs_cgroup
 def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
     assert CGROUP.cgroup_base is not None
     with stand_in_host() as (_stand_in, identity):
@@ -443,14 +500,9 @@ def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
 @needs_cgroup
 def test_reap_kills_a_dead_hosts_group_whose_members_are_in_another_pid_namespace(tmp_path: Path) -> None:
     """The run's grandchild is ``unshare --pid --fork sh`` (PID 1 of a namespace of its own, with a
-    ``sleep``): after the host and its keeper die, the sweep behind ``subagents reap`` kills the
-    host's group whole.
-
-    The sweep runs in this process right after the host died: other test suites on the machine
-    sweep dead hosts' leftovers too, and a sweep of theirs must not get there first.
-    """
+    ``sleep``): after the host and its keeper die, ``subagents reap`` kills the host's group whole."""
     assert CGROUP.cgroup_base is not None
-    with host(tmp_path, "cgroup", "pid-namespace") as (proc, facts):
+    with reaper() as reap, host(tmp_path, "cgroup", "pid-namespace") as (proc, facts):
         group = CGROUP.cgroup_base / "subagents-{}-{}".format(*facts["host"].split(":"))
         os.kill(facts["keeper"], signal.SIGKILL)
         assert wait_gone(pidfds([facts["keeper"]])) == []
@@ -461,45 +513,46 @@ def test_reap_kills_a_dead_hosts_group_whose_members_are_in_another_pid_namespac
         fds = pidfds(members)
         proc.kill()
         proc.wait(timeout=GONE_WITHIN)
-        lines = [item.line() for item in sweep()]
+        lines = reap()
         assert [line for line in lines if line.startswith(f"reaped cgroup {group} (")], lines
         assert wait_gone(fds) == []
         assert not group.exists()
 
 
 def test_reap_ends_exactly_the_tagged_processes_of_a_dead_host(tmp_path: Path) -> None:
-    """Two tagged processes share a process group with one that is not tagged: the sweep behind
-    ``subagents reap`` ends the two (one line each) and leaves the third alone."""
+    """Two tagged processes share a process group with one that is not tagged: ``subagents reap``
+    ends the two (one line each) and leaves the third alone."""
     script = f'sleep 600 & env -u {HOST_TAG_VARIABLE} sleep 600 & echo "$!"; wait'
-    with stand_in_host() as (_stand_in, identity):
-        group = subprocess.Popen(
-            ["sh", "-c", script],
-            env={**os.environ, HOST_TAG_VARIABLE: str(identity)},
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert group.stdout is not None
-        untagged = int(group.stdout.readline())
-    try:
-        members = [int(p) for p in Path(f"/proc/{group.pid}/task/{group.pid}/children").read_text().split()]
-        tagged_sleep = next(pid for pid in members if pid != untagged)
-        assert os.getpgid(untagged) == os.getpgid(tagged_sleep) == group.pid
-        assert not host_is_alive(identity)
-        fds = pidfds([group.pid, tagged_sleep])
-        lines = [item.line() for item in sweep()]
-        for pid in (group.pid, tagged_sleep):
-            assert f"reaped process {pid} (host {identity} is gone)" in lines
-        assert not [line for line in lines if f" {untagged} " in line]
-        assert wait_gone(fds) == []  # (and reaped: the shell was our child)
-        assert host_is_alive(HostIdentity(untagged, start_time(untagged) or 0))  # never signalled
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(untagged, signal.SIGKILL)
-        wait_gone(pidfds([untagged]))
-        group.wait(timeout=GONE_WITHIN)
-        assert group.stdout is not None
-        group.stdout.close()
+    with reaper() as reap:
+        with stand_in_host() as (_stand_in, identity):
+            group = subprocess.Popen(
+                ["sh", "-c", script],
+                env={**os.environ, HOST_TAG_VARIABLE: str(identity)},
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            assert group.stdout is not None
+            untagged = int(group.stdout.readline())
+            children = Path(f"/proc/{group.pid}/task/{group.pid}/children").read_text().split()
+        try:
+            tagged_sleep = next(int(pid) for pid in children if int(pid) != untagged)
+            assert os.getpgid(untagged) == os.getpgid(tagged_sleep) == group.pid
+            assert not host_is_alive(identity)
+            fds = pidfds([group.pid, tagged_sleep])
+            lines = reap()
+            for pid in (group.pid, tagged_sleep):
+                assert f"reaped process {pid} (host {identity} is gone)" in lines
+            assert not [line for line in lines if f" {untagged} " in line]
+            assert wait_gone(fds) == []  # (and reaped: the shell was our child)
+            assert host_is_alive(HostIdentity(untagged, start_time(untagged) or 0))  # never signalled
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(untagged, signal.SIGKILL)
+            wait_gone(pidfds([untagged]))
+            group.wait(timeout=GONE_WITHIN)
+            assert group.stdout is not None
+            group.stdout.close()
 
 
 # -- the keeper of this very process --------------------------------------------------------

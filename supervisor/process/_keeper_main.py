@@ -10,8 +10,9 @@ When the pipe reaches end of file the host is gone (or finished).  Every run sti
 registered is then ended: ``cgroup.kill`` on its leaf, SIGKILL to its process group
 (unless that id now names a younger process), and SIGKILL to every process on the
 machine whose environment carries the host's identity, repeated until none is found
-(a chain that keeps forking is caught on a later pass).  Then the keeper exits.  With
-nothing registered it just exits.
+(a chain that keeps forking is caught on a later pass).  Then the host's cgroup
+groups (the parents of every leaf it announced) are removed if empty, whether or not
+a run was still registered, and the keeper exits.
 
 This file runs as ``python -I -S <this file> <variable> <identity> [<marker>]``, and
 removes the host's marker file (see ``_markers``) when it exits.  It imports nothing
@@ -259,13 +260,15 @@ class _Run:
         self.leaves = leaves  # the v2 leaf first, then the run's cgroup v1 leaves
 
 
-def _apply(line: str, runs: dict[str, _Run]) -> None:
+def _apply(line: str, runs: dict[str, _Run], seen: set[Path]) -> None:
+    """One command; ``seen`` collects every leaf ever announced (their parents are the host's groups)."""
     parts = line.rstrip("\n").split(" ", 4)
     try:
         if parts[0] == "+run" and len(parts) >= 4:
             leader_start = int(parts[3]) or None
             leaves = [Path(p) for p in parts[4].split("\t") if p] if len(parts) == 5 else []
             runs[f"{parts[1]} {parts[2]}"] = _Run(int(parts[2]), leader_start, leaves)
+            seen.update(leaves)
         elif parts[0] == "-run" and len(parts) == 3:
             runs.pop(f"{parts[1]} {parts[2]}", None)
     except ValueError:
@@ -281,16 +284,24 @@ def end_runs(runs: Iterable[_Run], variable: str, identity: str) -> None:
     for run in listed:
         kill_group(run.pgid, run.leader_start)
     end_tagged(variable, [identity])
-    groups = set()
     for leaf in leaves:
         wait_cgroup_empty(leaf)
         remove_cgroup(leaf)
-        groups.add(leaf.parent)
+
+
+def remove_host_groups(leaves: Iterable[Path], identity: str) -> None:
+    """Remove the host's own groups: the parents of every leaf it ever announced that are
+    named for it (``subagents-<pid>-<start>``; its v2 group and its groups in the cgroup v1
+    hierarchies of limited runs), with whatever empty cgroups are left in them.
+
+    Also when no run was in flight at the end: a host killed between runs (SIGKILL, or a
+    SIGTERM before its cleanup) leaves an empty group that nobody else removes until a sweep.
+    Only empty cgroups go (``rmdir`` refuses the others).
+    """
     host_pid, _, host_start = identity.partition(":")
-    for group in groups:
-        if group.name == f"subagents-{host_pid}-{host_start}":
-            with contextlib.suppress(OSError):
-                group.rmdir()
+    name = f"subagents-{host_pid}-{host_start}"
+    for group in {leaf.parent for leaf in leaves if leaf.parent.name == name}:
+        remove_cgroup(group)
 
 
 def main(argv: list[str]) -> int:
@@ -301,11 +312,13 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN)
     marker = Path(argv[3]) if len(argv) > 3 else None
     runs: dict[str, _Run] = {}
+    leaves: set[Path] = set()
     try:
         for raw in sys.stdin.buffer:
-            _apply(raw.decode("utf-8", "replace"), runs)
+            _apply(raw.decode("utf-8", "replace"), runs, leaves)
         if runs:
             end_runs(runs.values(), variable, identity)
+        remove_host_groups(leaves, identity)
     finally:
         if marker is not None:  # this host's runs are ended: nothing for a sweep to do
             with contextlib.suppress(OSError):
