@@ -10,6 +10,8 @@ failure there leaves partial output behind.
 
 Turn content (``session/prompt``), in this order:
 
+- ``GATE=path`` (a FIFO): before anything else, open it for reading and read it to its end, so
+  the turn waits until a test has opened the FIFO for writing and closed it again.
 - ``ECHO_CWD`` flag: text ``cwd=<process cwd>\\nsession_cwd=<cwd from session/new>\\n``.
 - ``ECHO_ENV=NAME,NAME``: text ``NAME=<value>\\n`` per name, ``NAME unset\\n`` when absent.
 - ``ECHO_PROMPT`` flag: text ``prompt=<text blocks of the prompt joined by \\n>\\n``.
@@ -497,6 +499,9 @@ class Child:
 
     def turn(self, session_id: str, cwd: str, params: JsonObject) -> str | None:
         """Stream the turn's content; the stop reason, or None when cancelled."""
+        if gate := env("GATE"):
+            with open(gate, "rb") as fifo:
+                fifo.read()
         lines: list[str] = []
         if env("ECHO_CWD"):
             lines += [f"cwd={os.getcwd()}", f"session_cwd={cwd}"]
