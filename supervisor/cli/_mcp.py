@@ -4,8 +4,11 @@ needs the ``mcp`` extra and is imported only here, when the command runs)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -31,8 +34,26 @@ def add_parser(commands: Any) -> None:
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
 
 
+class _StopRequested:
+    """A SIGINT, SIGTERM or SIGHUP that comes before the server listens for it (loading the
+    ``mcp`` SDK takes about a second) is remembered, not a traceback or a death: the server
+    then stops at once, exit 0."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = signum
+
+    def __call__(self) -> bool:
+        return self.signal is not None
+
+
 def command(args: argparse.Namespace) -> int:
     """Serve until the client goes away; a ConfigError raised here means nothing ran (exit 2)."""
+    stopped = _StopRequested()
     try:
         from supervisor.mcp import _server as _mcp
     except ModuleNotFoundError as exc:
@@ -55,6 +76,6 @@ def command(args: argparse.Namespace) -> int:
     )
     telemetry.configure_from_cli(args.otel)
     try:
-        return anyio.run(_mcp.serve, settings, backend="asyncio")
+        return anyio.run(functools.partial(_mcp.serve, settings, stopped=stopped), backend="asyncio")
     finally:
         telemetry.shutdown()

@@ -158,6 +158,12 @@ class Desk:
         for entry in list(self._runs.values()):
             self.cancel(entry)
 
+    def force_kill_all(self) -> None:
+        """Skip the teardown graces of every run (cancel them first)."""
+        self.cancel_all()
+        for entry in list(self._runs.values()):
+            entry.run.force_kill()
+
     async def _drive(self, entry: DeskRun) -> None:
         try:
             async with self._slots:

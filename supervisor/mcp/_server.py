@@ -6,8 +6,8 @@ inherit it (their stderr is drained to the host log), and nothing here prints.
 
 Cancellation: a cancelled ``run_subagent`` request (``notifications/cancelled``)
 cancels its handler, which cancels the run locally; when the client goes away (stdin
-EOF, or the client died and the pipe closed) every run is cancelled and its tree torn
-down before the server exits 0.
+EOF, or the client died and the pipes closed) or a signal says stop (SIGINT, SIGTERM,
+SIGHUP), every run is cancelled and its tree torn down before the server exits 0.
 """
 
 from __future__ import annotations
@@ -16,22 +16,24 @@ import contextlib
 import logging
 import math
 import os
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 
 from supervisor._errors import SubagentError
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
 from supervisor.mcp._desk import Desk, DeskRun, Settled, inside_roots
-from supervisor.mcp._stdin import CleanStdin
+from supervisor.mcp._stdio import stdio_transport
 from supervisor.process import PinnedDirectory
 
 log = logging.getLogger("supervisor")
@@ -315,31 +317,63 @@ def _list_text(runs: list[dict[str, Any]]) -> str:
     return "\n".join(f"{r['run_id']} {r['provider']} {r['state']} ({r['stage']})" for r in runs)
 
 
-async def serve(settings: McpSettings) -> int:
-    """Serve MCP on stdin/stdout until the client goes away; every tree is gone on return."""
-    async with anyio.create_task_group() as runs_group:
-        desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
-        tools = SubagentTools(settings, desk)
-        listed = tool_list(settings.providers)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-        async def list_tools(
-            ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-        ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=listed)
 
-        async def call_tool(
-            ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-        ) -> types.CallToolResult:
-            return await tools.call(ctx, params.name, dict(params.arguments or {}))
+async def serve(settings: McpSettings, *, stopped: Callable[[], bool] = lambda: False) -> int:
+    """Serve MCP on stdin/stdout until the client goes away or a signal says stop; every tree
+    is gone on return.
 
-        server: Server[Any] = Server(
-            SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool
-        )
-        try:
-            # Our stdin reader: a lone surrogate escape from the client becomes U+FFFD
-            # (the SDK would drop such a frame unanswered).
-            async with stdio_server(stdin=cast(Any, CleanStdin())) as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-        finally:
-            desk.cancel_all()  # the client is gone: every run ends, each tree torn down
+    SIGINT, SIGTERM and SIGHUP end the session like a closed stdin: every run is cancelled
+    and torn down through its ladder.  Another one of them skips the remaining graces
+    (SIGKILL at once, still reaped): the Claude Code CLI sends SIGTERM 100 ms after SIGINT
+    and SIGKILL 400 ms later.  ``stopped`` tells whether such a signal came before the
+    server could listen for it.
+    """
+    async with anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as runs_group:
+            desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
+            with anyio.CancelScope() as serving:
+                await outer.start(_watch_signals, serving, desk)
+                if stopped():
+                    serving.cancel()
+                try:
+                    await _serve_session(settings, desk)
+                finally:
+                    desk.cancel_all()  # the client is gone: every run ends, each tree torn down
+        outer.cancel_scope.cancel()
     return 0
+
+
+async def _serve_session(settings: McpSettings, desk: Desk) -> None:
+    tools = SubagentTools(settings, desk)
+    listed = tool_list(settings.providers)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await tools.call(ctx, params.name, dict(params.arguments or {}))
+
+    server: Server[Any] = Server(
+        SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool
+    )
+    async with stdio_transport() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def _watch_signals(
+    serving: anyio.CancelScope, desk: Desk, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """The first stop signal ends the session; any later one skips the teardown graces."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        task_status.started()
+        async for _signum in signals:
+            if not serving.cancel_called:
+                serving.cancel()
+            else:
+                desk.force_kill_all()

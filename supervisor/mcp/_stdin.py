@@ -1,4 +1,5 @@
-"""What the MCP server reads: the client's frames, with no lone surrogate left in them.
+"""What the MCP server reads: the client's frames, with no lone surrogate left in them
+(``_stdio`` hands every line it reads through :func:`clean_frame`).
 
 A client may send the JSON escape ``\\ud800`` (a JavaScript client that cut an emoji in
 half, or a hostile one).  The MCP SDK parses frames with pydantic, which refuses such an
@@ -14,11 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import AsyncIterator
 from typing import Any
-
-import anyio
 
 from supervisor._clean import clean_text
 
@@ -46,23 +43,3 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list):
         return [_clean(item) for item in value]
     return value
-
-
-class CleanStdin:
-    """The process's stdin as UTF-8 lines for ``stdio_server(stdin=...)``, each cleaned.
-
-    Opened on fd 0 without owning it (closing this never closes the process's stdin).
-    """
-
-    def __init__(self) -> None:
-        self._file = anyio.wrap_file(
-            open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
-        )
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        async with self._file:
-            async for line in self._file:
-                yield clean_frame(line)
