@@ -29,6 +29,7 @@ from supervisor.process import (
     parse_host_group,
     set_subreaper,
 )
+from supervisor.process._escapes import kernel_keeps_namespaces_in, namespace_prefix
 from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.test_process import alive, ready_pids, spec_for, subreaper_off, tear_down
 
@@ -182,6 +183,55 @@ async def test_cgroups_made_inside_a_runs_leaf_end_and_go_with_it(
     assert not alive(daemon)
     assert not nested.exists()
     assert not nested.parent.parent.exists()  # the run's leaf itself
+
+
+async def test_a_runs_child_starts_in_a_cgroup_namespace_rooted_at_its_leaf(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    if containment.mode != "cgroup" or not namespace_prefix():
+        pytest.skip("a cgroup namespace needs cgroup mode and CAP_SYS_ADMIN")
+    proc = await ManagedProcess.spawn(
+        spec_for("cgroup-view", cwd=tmp_path, containment=containment), task_group
+    )
+    words = (await proc.stdout.readline()).decode().split()
+    assert words[:2] == ["ready", "0::/"]  # its leaf is the root of all it sees
+    assert words[2] != os.readlink("/proc/self/ns/cgroup")
+    report, _ = await tear_down(proc, eof=5.0)
+    assert report.quiescent
+
+
+@pytest.mark.parametrize("environment", ["kept", "bare"])
+async def test_a_root_child_that_moves_itself_out_of_its_leaf_is_ended_with_the_run(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, environment: str
+) -> None:
+    """A root daemon writes its pid into the cgroup root's ``cgroup.procs`` (with its environment,
+    or after an ``execve`` with none).  Where the kernel refuses the move (``nsdelegate``), it stays
+    in the leaf; where it lets it out, the run finds it (its cgroup namespace, or its run tag) and
+    ends it with the rest of the tree before it claims quiescence."""
+    if containment.mode != "cgroup" or os.geteuid() != 0:
+        pytest.skip("a root child in cgroup mode")
+    args = ["bare"] if environment == "bare" else []
+    proc = await ManagedProcess.spawn(
+        spec_for("escape-cgroup", *args, cwd=tmp_path, containment=containment), task_group
+    )
+    words = (await proc.stdout.readline()).decode().split()
+    daemon, moved = int(words[1]), words[2]
+    try:
+        if kernel_keeps_namespaces_in() and namespace_prefix():
+            assert moved == "stayed"
+        else:
+            assert moved == "moved"
+            assert str(daemon) not in proc_members(proc)
+        report, _ = await tear_down(proc, eof=0.5, term=1.0)
+        assert report.quiescent
+        assert not alive(daemon)
+    finally:
+        kill(daemon)
+
+
+def proc_members(proc: ManagedProcess) -> list[str]:
+    leaf: Path = proc._enclosure.leaf  # type: ignore[attr-defined]
+    return (leaf / "cgroup.procs").read_text().split()
 
 
 async def test_the_embedders_own_zombie_is_untouched(

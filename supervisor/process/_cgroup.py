@@ -32,6 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from signal import Signals
 
+from supervisor.process._escapes import (
+    CENSUS,
+    cgroup_namespace,
+    escape_possible,
+    namespace_prefix,
+    own_cgroup_namespace,
+)
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
 from supervisor.process._limits import (
@@ -46,7 +53,15 @@ from supervisor.process._limits import (
     limit_support,
 )
 from supervisor.process._pinned import signal_if
-from supervisor.process._tree import ASYNCIO_CHILDREN, in_slices, subreaper_enabled
+from supervisor.process._proctable import TABLE
+from supervisor.process._tree import (
+    ASYNCIO_CHILDREN,
+    PIDFD_BATCH,
+    in_slices,
+    subreaper_enabled,
+    thread_group_gone,
+    wait_gone,
+)
 
 log = logging.getLogger("supervisor")
 
@@ -90,18 +105,25 @@ def run_leaf_name(run_tag: str) -> str:
     return RUN_LEAF_PREFIX + _SAFE_TAG.sub("_", run_tag)
 
 
-def unified_mount() -> Path | None:
-    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or on hybrid hosts
-    ``/sys/fs/cgroup/unified``), or None."""
-    found: list[Path] = []
+def _cgroup2_mounts() -> list[tuple[Path, str]]:
+    """Every cgroup v2 mount point with its root (as this process's cgroup namespace sees it)."""
+    found: list[tuple[Path, str]] = []
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 left, _, right = line.partition(" - ")
                 if right.split()[:1] == ["cgroup2"]:
-                    found.append(Path(left.split()[4]))
-    except OSError:
-        return None
+                    fields = left.split()
+                    found.append((Path(fields[4]), fields[3]))
+    except (OSError, IndexError):
+        return []
+    return found
+
+
+def unified_mount() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or on hybrid hosts
+    ``/sys/fs/cgroup/unified``), or None."""
+    found = [point for point, _root in _cgroup2_mounts()]
     for preferred in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
         if preferred in found:
             return preferred
@@ -120,6 +142,50 @@ def own_cgroup_path() -> str | None:
     return None
 
 
+# How many cgroups a supervisor started inside a cgroup namespace looks at to find its own.
+_MAX_SEARCHED = 20_000
+
+
+def own_cgroup_directory(mount: Path | None = None) -> Path | None:
+    """This process's own cgroup as a directory of the v2 mount, or None.
+
+    Both ``/proc/self/cgroup`` and the mount's root are shown relative to this process's
+    cgroup namespace.  A supervisor that runs inside a run of another one (a cgroup
+    namespace rooted at that run's leaf) sees its path as ``/`` and the mount's root as
+    ``/../..``: its namespace root is that many levels below the mount's root, and it is
+    found there as the one directory whose ``cgroup.procs`` lists this process.
+    """
+    own = own_cgroup_path()
+    mounts = dict(_cgroup2_mounts())
+    mount = mount or unified_mount()
+    if own is None or mount is None:
+        return None
+    root = mounts.get(mount, "/")
+    if root == "/":
+        return mount / own.lstrip("/")
+    parts = Path(root).parts[1:]
+    if ".." not in parts:  # a mount of a subtree of our namespace
+        relative = os.path.relpath(own, root)
+        return None if relative.startswith("..") else mount / relative
+    depth = len(parts)
+    candidates = [mount]
+    for _ in range(depth):
+        below = []
+        for directory in candidates:
+            with contextlib.suppress(OSError):
+                below += [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+            if len(below) > _MAX_SEARCHED:
+                return None
+        candidates = below
+    me = str(os.getpid())
+    for directory in candidates:
+        mine = directory / own.lstrip("/")
+        with contextlib.suppress(OSError):
+            if me in (mine / "cgroup.procs").read_text().split():
+                return mine
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupBase:
     """Where run leaves may be created, or why they may not (``path`` None)."""
@@ -134,10 +200,10 @@ def find_cgroup_base(root: Path | None = None) -> CgroupBase:
         mount = unified_mount()
         if mount is None:
             return CgroupBase(None, "no cgroup v2 hierarchy is mounted")
-        own = own_cgroup_path()
+        own = own_cgroup_directory(mount)
         if own is None:
-            return CgroupBase(None, "this process has no cgroup v2 path in /proc/self/cgroup")
-        base = mount / own.lstrip("/")
+            return CgroupBase(None, "this process's cgroup v2 directory cannot be found")
+        base = own
     else:
         base = root
     if not (base / "cgroup.procs").is_file():
@@ -172,6 +238,8 @@ class CgroupContainment:
         return self._host_group
 
     def enclose(self, run_tag: str, limits: Limits = NO_LIMITS) -> CgroupEnclosure:
+        """A new leaf for the run (called off the event loop: mkdir, the limit files, and the
+        one-time trial of ``unshare --cgroup``)."""
         leaf = self.host_group / run_leaf_name(run_tag)
         leaf.mkdir()
         try:
@@ -179,7 +247,9 @@ class CgroupContainment:
         except BaseException:
             _remove_quietly(leaf)
             raise
-        return CgroupEnclosure(leaf, cgroups)
+        return CgroupEnclosure(
+            leaf, cgroups, run_tag, namespace=namespace_prefix(), watch_escapes=escape_possible()
+        )
 
 
 def _own_children() -> list[int]:
@@ -198,19 +268,47 @@ def _own_children() -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: not a zombie, or a zombie leader whose other threads still do."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X") or not thread_group_gone(pid)
+
+
 def _remove_quietly(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.rmdir()
 
 
 class CgroupEnclosure:
-    """One run's leaf: membership, signals, and "gone" as the kernel sees them."""
+    """One run's leaf: membership, signals, and "gone" as the kernel sees them.
+
+    Where the kernel would let a member leave the leaf (see ``_escapes``), a run is gone
+    only once no process that left it is alive either: an escaped process is found by the
+    run's cgroup namespace or its run tag, signalled with every rung, and waited for.
+    """
 
     mode = "cgroup"
 
-    def __init__(self, leaf: Path, cgroups: RunCgroups) -> None:
+    def __init__(
+        self,
+        leaf: Path,
+        cgroups: RunCgroups,
+        run_tag: str = "",
+        *,
+        namespace: Sequence[str] = (),
+        watch_escapes: bool = False,
+    ) -> None:
         self.leaf = leaf
         self.cgroups = cgroups
+        self.run_tag = run_tag
+        self._namespace_prefix = tuple(namespace)
+        self._watch = watch_escapes and bool(run_tag)
+        self._namespace: str | None = None  # the run's own cgroup namespace, once seen
+        self._escaped: dict[int, int] = {}  # pid -> start time of members found outside the leaf
         self._root: int | None = None
         self._released = False
         self._usage: Usage | None = None
@@ -221,7 +319,11 @@ class CgroupEnclosure:
         return (self.leaf, *self.cgroups.v1_leaves)
 
     def command(self, argv: Sequence[str]) -> list[str]:
-        return entry_command([leaf / "cgroup.procs" for leaf in self.leaves], argv)
+        """The shim enters the run's leaves, then (where it can) starts the program in a cgroup
+        namespace rooted at them."""
+        return entry_command(
+            [leaf / "cgroup.procs" for leaf in self.leaves], [*self._namespace_prefix, *argv]
+        )
 
     # -- limits and accounting ---------------------------------------------------------
 
@@ -245,6 +347,10 @@ class CgroupEnclosure:
 
     def started(self, pid: int) -> None:
         self._root = pid
+
+    def program_running(self) -> None:
+        """The child wrote its first output: it runs the program, in the run's namespace."""
+        self._note_namespace()
 
     def members(self) -> list[int]:
         """Every process in the leaf and in any cgroup a member created below it (a nested
@@ -275,9 +381,12 @@ class CgroupEnclosure:
         return True
 
     async def empty(self) -> bool:
-        return not self.populated()
+        if self.populated():
+            return False
+        return not await self._escapees()
 
     async def signal(self, sig: Signals) -> None:
+        await self._signal_escapees(sig)
         if sig == signal.SIGKILL and self._kill_all():
             return
         if self._root is not None:  # the child's own group, whatever the leaf says
@@ -318,14 +427,71 @@ class CgroupEnclosure:
         return False
 
     async def wait_empty(self, resignal: Signals | None = None) -> None:
-        """Return once ``populated 0``: woken by the kernel's modify event on ``cgroup.events``."""
-        del resignal  # membership is the kernel's: nothing new can slip past a signal
-        async with watch_file(self.leaf / "cgroup.events") as changed:
-            while self.populated():
-                await changed()
+        """Return once ``populated 0`` (woken by the kernel's modify event on ``cgroup.events``)
+        and no process that left the leaf is alive (their pidfds)."""
+        self._note_namespace()
+        while True:
+            async with watch_file(self.leaf / "cgroup.events") as changed:
+                while self.populated():
+                    await changed()
+            escaped = await self._escapees()
+            if not escaped:
+                return
+            if resignal is not None:
+                await self._signal_escapees(resignal, escaped)
+            await wait_gone(escaped[:PIDFD_BATCH])
 
     def survivors(self) -> tuple[int, ...]:
-        return tuple(sorted(self.members()))
+        return tuple(sorted({*self.members(), *self._escaped}))
+
+    # -- processes that left the leaf ---------------------------------------------------
+
+    def _note_namespace(self) -> None:
+        """Remember the run's cgroup namespace from a live process of the run (once past the
+        shim, the child and every member are in it)."""
+        if not self._watch or self._namespace is not None:
+            return
+        ours = own_cgroup_namespace()
+        for pid in (*((self._root,) if self._root is not None else ()), *self.members()):
+            found = cgroup_namespace(pid)
+            if found is not None and found != ours and self._holds(pid):
+                self._namespace = found
+                return
+
+    async def _escapees(self) -> list[int]:
+        """Live processes of the run outside the leaf: in its cgroup namespace or carrying its
+        run tag (one shared read; the run tag only when the namespace was never seen)."""
+        if not self._watch:
+            return []
+        self._note_namespace()
+        if self._namespace is not None:
+            candidates = list((await CENSUS.fresh()).get(self._namespace, ()))
+        else:
+            table = await TABLE.fresh()
+            candidates = [pid for pid in table.by_tag.get(self.run_tag, ()) if not table.entries[pid].zombie]
+        candidates += [pid for pid, start in self._escaped.items() if process_start_time(pid) == start]
+        found = []
+        for pid in dict.fromkeys(candidates):
+            start = process_start_time(pid)
+            if start is None or pid == self._root or self._holds(pid) or not _alive(pid):
+                continue
+            if pid not in self._escaped:
+                log.warning("a process of run %s left its cgroup leaf: ending it too", self.run_tag)
+            self._escaped[pid] = start
+            found.append(pid)
+        return found
+
+    async def _signal_escapees(self, sig: Signals, pids: Sequence[int] | None = None) -> None:
+        """Signal the processes that left the leaf (still the same processes: pid and start)."""
+        escaped = await self._escapees() if pids is None else pids
+        await in_slices(escaped, lambda pid: signal_if(pid, sig, lambda: self._still_escaped(pid)))
+        if sig == signal.SIGTERM:  # a stopped one handles SIGTERM only once continued
+            await in_slices(
+                escaped, lambda pid: signal_if(pid, signal.SIGCONT, lambda: self._still_escaped(pid))
+            )
+
+    def _still_escaped(self, pid: int) -> bool:
+        return process_start_time(pid) == self._escaped.get(pid)
 
     def _reap_members(self) -> None:
         if not subreaper_enabled():  # without it, no member but the child is ever ours

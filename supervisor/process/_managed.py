@@ -11,7 +11,7 @@ import os
 import shutil
 import signal
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,8 +130,13 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.stdout_ended = False
         self.stdout_closed = anyio.Event()
         self.stdout_chunks = 0
+        # Called once, at the child's first output: the program itself runs (past any shim).
+        self.on_first_output: Callable[[], None] | None = None
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 1 and self.on_first_output is not None:
+            first, self.on_first_output = self.on_first_output, None
+            first()
         if fd == 1 and isinstance(data, bytes):
             self.stdout_chunks += 1
             if self._cut:
@@ -242,6 +247,8 @@ class ManagedProcess:
         enclosure.started(proc.pid)
         # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
         register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
+        # optional: an enclosure that wants to look at the program once it runs (its namespace)
+        protocol.on_first_output = getattr(enclosure, "program_running", None)
         managed = cls(proc, spec, protocol, enclosure)
         task_group.start_soon(managed._watch_exit, exited)
         task_group.start_soon(enclosure.watch)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.process._cgroup import own_cgroup_path, parse_host_group, unified_mount
+from supervisor.process._cgroup import own_cgroup_directory, parse_host_group, unified_mount
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._host import HostIdentity, host_is_alive
 from supervisor.process._keeper_main import (
@@ -94,8 +94,7 @@ def sweep_cgroups(mount: Path | None = None) -> list[Reaped]:
     reaped: list[Reaped] = []
     v2 = mount or unified_mount()
     if v2 is not None:
-        own = own_cgroup_path()
-        reaped += _sweep_hierarchy(v2, None if own is None else v2 / own.lstrip("/"))
+        reaped += _sweep_hierarchy(v2, own_cgroup_directory(v2))
     if mount is None:
         for v1_mount, home in v1_homes():
             reaped += _sweep_hierarchy(v1_mount, home)

@@ -166,7 +166,7 @@ class TreeEnclosure:
                 live.append(pid)
             elif entry.ppid == me and pid not in ASYNCIO_CHILDREN:
                 _reap(pid)
-            elif not _thread_group_gone(pid):
+            elif not thread_group_gone(pid):
                 live.append(pid)  # a leader that exited before its other threads
         return live
 
@@ -269,7 +269,7 @@ class TreeEnclosure:
                 self._killpg(resignal)
                 fresh = [pid for pid in live if self._signalled.get(pid) != resignal]
                 await in_slices(fresh, lambda pid: self._send(pid, resignal))
-            await _wait_gone([*live, *uncertain][:PIDFD_BATCH])
+            await wait_gone([*live, *uncertain][:PIDFD_BATCH])
 
     def survivors(self) -> tuple[int, ...]:
         return tuple(sorted(self._last))
@@ -335,7 +335,7 @@ async def _wait_readable(fd: int) -> None:
     await anyio.wait_readable(fd)
 
 
-def _thread_group_gone(pid: int) -> bool:
+def thread_group_gone(pid: int) -> bool:
     """Whether every thread of a zombie-looking process has exited.
 
     A thread-group leader that exited before its other threads shows as a zombie while
@@ -351,7 +351,7 @@ def _thread_group_gone(pid: int) -> bool:
         os.close(fd)
 
 
-async def _wait_gone(pids: list[int]) -> None:
+async def wait_gone(pids: list[int]) -> None:
     """Wait until each of ``pids`` has exited (pidfds); degrade to a short pause on EMFILE."""
     fds: list[int] = []
     starved = False

@@ -24,8 +24,12 @@ own-subreaper       the child makes itself a subreaper, then starts a daemon; ex
 storm N             N sleeping grandchildren; exit on EOF
 hold-stdout         a grandchild that keeps stdout open; the child exits at once after "ready"
 nondumpable-daemon  a double-fork + setsid daemon that makes itself non-dumpable (environ unreadable)
-nested-cgroup       a daemon moved into a new cgroup made below the child's own (as a nested
-                    supervisor does); prints "ready <pid> <cgroup dir>"; exit on EOF
+nested-cgroup       a daemon moved into a new cgroup made below the child's own, found the way
+                    a nested supervisor finds it; prints "ready <pid> <cgroup dir>"; exit on EOF
+escape-cgroup [bare]  a double-fork + setsid daemon that writes its pid into the cgroup v2 root's
+                    cgroup.procs (as root may), then sleeps (``bare``: after an ``execve`` with an
+                    empty environment); prints "ready <pid> <moved|stayed>"; exit on EOF
+cgroup-view         print "ready <the 0:: line of /proc/self/cgroup> <cgroup namespace>"; exit on EOF
 """
 
 from __future__ import annotations
@@ -86,6 +90,35 @@ def spawn_daemon() -> int:
     os.close(read_end)
     os.wait()  # reap the intermediate
     return pid
+
+
+def escape_cgroup(*, bare: bool) -> tuple[int, str]:
+    """A daemon that moves itself to the cgroup v2 root; its pid and whether the move worked."""
+    mount = next(m for m in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(m, "cgroup.procs").exists())
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:  # intermediate
+        os.setsid()
+        if os.fork() == 0:  # the daemon
+            os.close(read_end)
+            try:
+                Path(mount, "cgroup.procs").write_text(f"{os.getpid()}\n")
+                moved = "moved"
+            except OSError:
+                moved = "stayed"
+            os.write(write_end, f"{os.getpid()} {moved}".encode())
+            os.close(write_end)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            if bare:
+                os.execve("/bin/sleep", ["sleep", "3600"], {})
+            sleep_forever()
+        os._exit(0)
+    os.close(write_end)
+    pid, moved = os.read(read_end, 64).decode().split()
+    os.close(read_end)
+    os.wait()  # reap the intermediate
+    return int(pid), moved
 
 
 def spawn_env_cleared(*, daemon: bool) -> int:
@@ -241,17 +274,22 @@ def main() -> None:
         ready(spawn_nondumpable_daemon())
         wait_eof()
     elif behaviour == "nested-cgroup":
-        own = next(
-            line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::"
-        )
-        mount = next(
-            m for m in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(m, "cgroup.procs").exists()
-        )
-        nested = Path(mount + own.strip(), "nested", "inner")
+        from supervisor.process._cgroup import own_cgroup_directory  # as a nested supervisor finds it
+
+        own = own_cgroup_directory()
+        assert own is not None
+        nested = own / "nested" / "inner"
         nested.mkdir(parents=True)
         pid = spawn_daemon()
         (nested / "cgroup.procs").write_text(f"{pid}\n")
         print(f"ready {pid} {nested}", flush=True)
+        wait_eof()
+    elif behaviour == "escape-cgroup":
+        print("ready", *escape_cgroup(bare=arg == "bare"), flush=True)
+        wait_eof()
+    elif behaviour == "cgroup-view":
+        own = next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::")
+        print("ready", own, os.readlink("/proc/self/ns/cgroup"), flush=True)
         wait_eof()
     elif behaviour == "hold-stdout":
         subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)  # inherits stdout

@@ -1,0 +1,150 @@
+"""A cgroup-mode run's own cgroup namespace, and the processes that left its leaf anyway.
+
+A child running as root can write its pid into another group's ``cgroup.procs`` and so
+leave its run's leaf.  Two lines against that:
+
+* **The namespace.**  The spawn shim enters the leaf and then starts the program in a
+  cgroup namespace of its own (``unshare --cgroup``), rooted at the leaf: the run sees
+  its leaf as ``/``.  Where the cgroup v2 mount has ``nsdelegate`` (systemd mounts it so),
+  the kernel refuses to move a process to a group outside its cgroup namespace, whoever
+  asks, root included.  Making the namespace needs ``CAP_SYS_ADMIN``; a supervisor
+  without it (or where ``unshare`` is missing or refused) starts the child as before.
+* **The watch.**  Where the kernel would let a process out (no ``nsdelegate``, or no
+  namespace), the leaf being empty does not prove the run gone: before a run is called
+  gone, the supervisor looks for live processes that belong to the run but are not in
+  its leaf (their cgroup namespace is the run's, or their environment carries its run
+  tag), signals them with the rung under way and waits for them like for the leaf.
+
+What still gets out is in the README ("What a root child can still do").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+
+import anyio
+
+from supervisor.process._keeper_main import all_pids
+
+_CAP_SYS_ADMIN = 21
+
+
+def cgroup_namespace(pid: int | str) -> str | None:
+    """The ``cgroup:[inode]`` of a process's cgroup namespace, or None if it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/cgroup")
+    except OSError:
+        return None
+
+
+@functools.cache
+def own_cgroup_namespace() -> str | None:
+    return cgroup_namespace("self")
+
+
+def _has_cap_sys_admin() -> bool:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+@functools.cache
+def namespace_prefix() -> tuple[str, ...]:
+    """``unshare --cgroup --`` to put between the shim and the program, or ``()`` where a
+    cgroup namespace cannot be made here (tried once per process: a container may refuse it).
+
+    Call it off the event loop the first time: the trial is a short-lived process.
+    """
+    unshare = shutil.which("unshare")
+    if unshare is None or not _has_cap_sys_admin():
+        return ()
+    try:
+        tried = subprocess.run(
+            [unshare, "--cgroup", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return (unshare, "--cgroup", "--") if tried.returncode == 0 else ()
+
+
+@functools.cache
+def kernel_keeps_namespaces_in() -> bool:
+    """Whether the cgroup v2 mount is ``nsdelegate``: a process cannot then be moved to a
+    group outside its cgroup namespace."""
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            _, _, right = line.partition(" - ")
+            fields = right.split()
+            if fields[:1] == ["cgroup2"] and len(fields) >= 3:
+                return "nsdelegate" in fields[2].split(",")
+    return False
+
+
+def escape_possible() -> bool:
+    """Whether a run's process could leave its leaf here: the watch is needed."""
+    return not (namespace_prefix() and kernel_keeps_namespaces_in())
+
+
+def in_namespace(namespace: str) -> list[int]:
+    """Every process we can see that lives in the cgroup namespace ``namespace``."""
+    me = os.getpid()
+    return [pid for pid in all_pids() if pid != me and cgroup_namespace(pid) == namespace]
+
+
+class Census:
+    """Who is in which cgroup namespace, one read at a time for every run that asks.
+
+    Like the process table of the fallback: a question asked while a read is under way is
+    answered by the next read, so every answer was observed after the question.
+    """
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[int]] = {}
+        self._started = 0
+        self._done = 0
+        self._reading: anyio.Event | None = None
+
+    async def fresh(self) -> dict[str, list[int]]:
+        wanted = self._started + 1
+        while self._done < wanted:
+            if self._reading is None:
+                self._started += 1
+                generation = self._started
+                reading = self._reading = anyio.Event()
+                try:
+                    self._found = await anyio.to_thread.run_sync(_read_namespaces)
+                    self._done = generation
+                finally:
+                    self._reading = None
+                    reading.set()
+            else:
+                await self._reading.wait()
+        return self._found
+
+
+def _read_namespaces() -> dict[str, list[int]]:
+    ours = own_cgroup_namespace()
+    me = os.getpid()
+    found: dict[str, list[int]] = {}
+    for pid in all_pids():
+        namespace = cgroup_namespace(pid)
+        if pid != me and namespace is not None and namespace != ours:
+            found.setdefault(namespace, []).append(pid)
+    return found
+
+
+CENSUS = Census()
