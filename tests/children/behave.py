@@ -288,8 +288,8 @@ def main() -> None:
         print("ready", *escape_cgroup(bare=arg == "bare"), flush=True)
         wait_eof()
     elif behaviour == "cgroup-view":
-        own = next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::")
-        print("ready", own, os.readlink("/proc/self/ns/cgroup"), flush=True)
+        view = next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::")
+        print("ready", view, os.readlink("/proc/self/ns/cgroup"), flush=True)
         wait_eof()
     elif behaviour == "hold-stdout":
         subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)  # inherits stdout
