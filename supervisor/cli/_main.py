@@ -47,6 +47,7 @@ from supervisor.process import (
     check_cpu,
     check_directory,
     check_pids,
+    own_orphans,
     parse_memory,
 )
 
@@ -541,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reap()
         if args.command == "doctor":
             return _doctor()
+        own_orphans()  # run, batch and mcp start no children of their own besides runs
         if args.command == "batch" and not command:
             return _batch(args)
         if args.command == "mcp" and not command:

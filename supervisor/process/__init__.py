@@ -58,5 +58,7 @@ from supervisor.process._managed import TeardownReport as TeardownReport
 from supervisor.process._sweep import Reaped as Reaped
 from supervisor.process._sweep import sweep as sweep
 from supervisor.process._tree import ProcessTreeContainment as ProcessTreeContainment
+from supervisor.process._tree import own_orphans as own_orphans
+from supervisor.process._tree import owns_orphans as owns_orphans
 from supervisor.process._tree import set_subreaper as set_subreaper
 from supervisor.process._tree import subreaper_enabled as subreaper_enabled

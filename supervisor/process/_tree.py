@@ -17,6 +17,12 @@ supervisor (with the child subreaper on) that no run claims, started after the r
 in a session of its own, "may be the run's", so the run is not reported quiescent
 while it lives.  It is never signalled, though: only attributed processes are.
 
+Unless this process owns its orphans (:func:`own_orphans`: it starts no children of its
+own besides runs, as the CLI, ``subagents mcp`` and ``subagents batch`` declare).  Then
+such an adopted process belongs to the runs alive at its birth, and the last of them to
+reach its teardown claims it (signals it, waits for it, reaps it): a non-dumpable
+daemon, whose environment a non-root supervisor cannot read, ends with its run.
+
 Who reaps what
 --------------
 * The direct child of a run is reaped by asyncio's process handle only (a second
@@ -87,6 +93,29 @@ def subreaper_enabled() -> bool:
     return _Subreaper.enabled
 
 
+class _Orphans:
+    owned = False
+
+
+def own_orphans(on: bool = True) -> None:
+    """Declare that this process starts no children of its own besides runs.
+
+    Process-wide, for the ``process-tree`` fallback with the child subreaper on: every
+    orphan re-parented to this process while runs are alive is then a run's (of the
+    runs alive at its birth, ended with the last of them), even when nothing else ties
+    it to a run (a non-dumpable daemon whose environment cannot be read).  Without the
+    declaration such an orphan only keeps its possible runs from reporting quiescence.
+    The CLI's ``run``, ``mcp`` and ``batch`` declare it; an embedder that starts
+    children of its own (outside runs) must not.  Processes in this process's own
+    session are never claimed either way.
+    """
+    _Orphans.owned = on
+
+
+def owns_orphans() -> bool:
+    return _Orphans.owned
+
+
 TABLE.descendants_only = subreaper_enabled
 
 
@@ -118,6 +147,7 @@ class TreeEnclosure:
         self._known: dict[int, int] = {}  # pid -> start time: attributed at some read
         self._signalled: dict[int, Signals] = {}
         self._last: list[int] = []
+        self._ending = False  # its teardown has begun: it no longer holds orphans back
         _live_enclosures.add(self)
 
     def command(self, argv: Sequence[str]) -> list[str]:
@@ -132,6 +162,7 @@ class TreeEnclosure:
 
     async def look(self) -> tuple[list[int], list[int]]:
         """One fresh observation: (live processes of the run, live ones that may be)."""
+        self._ending = True  # only a teardown looks
         table = await TABLE.fresh()
         live = self._claim(table)
         uncertain = self._uncertain(table)
@@ -148,6 +179,8 @@ class TreeEnclosure:
             seeds += table.by_group.get(root, ())
             if self._root_start is not None and table.same(root, self._root_start):
                 seeds.append(root)
+        if _Orphans.owned:
+            seeds += self._orphans(table)
         found: set[int] = set()
         while seeds:
             pid = seeds.pop()
@@ -170,25 +203,43 @@ class TreeEnclosure:
                 live.append(pid)  # a leader that exited before its other threads
         return live
 
-    def _uncertain(self, table: Table) -> list[int]:
-        """Live adoptees no run claims that may be this run's (see the module docstring)."""
+    def _adoptees(self, table: Table) -> list[int]:
+        """Our children that no run started directly: orphans re-parented to us, born during
+        this run, outside our own session (never the keeper)."""
         if not _Subreaper.enabled or self._since is None:
             return []
         me = os.getpid()
         own_session = os.getsid(0)
         keeper = keeper_pid()  # our own helper in a session of its own, never a run's
-        others = [e for e in _live_enclosures if e is not self]
         found = []
         for pid in table.children.get(me, ()):
             entry = table.entries[pid]
-            if pid in ASYNCIO_CHILDREN or entry.zombie or pid in self._known or pid == keeper:
+            if pid in ASYNCIO_CHILDREN or pid == keeper or entry.sid == own_session:
                 continue
-            if entry.start < self._since or entry.sid == own_session:
-                continue
-            if any(other._owns(table, pid) for other in others):
-                continue
-            found.append(pid)
+            if entry.start >= self._since:
+                found.append(pid)
         return found
+
+    def _orphans(self, table: Table) -> list[int]:
+        """The adopted orphans this run owns: every other run alive at their birth is in its
+        teardown already (or gone), so this one is the last of them."""
+        running = [
+            e._since for e in _live_enclosures if e is not self and not e._ending and e._since is not None
+        ]
+        return [
+            pid for pid in self._adoptees(table) if not any(s <= table.entries[pid].start for s in running)
+        ]
+
+    def _uncertain(self, table: Table) -> list[int]:
+        """Live adoptees no run claims that may be this run's (see the module docstring)."""
+        others = [e for e in _live_enclosures if e is not self]
+        return [
+            pid
+            for pid in self._adoptees(table)
+            if not table.entries[pid].zombie
+            and pid not in self._known
+            and not any(other._owns(table, pid) for other in others)
+        ]
 
     def _owns(self, table: Table, pid: int) -> bool:
         entry = table.entries[pid]

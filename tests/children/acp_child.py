@@ -111,7 +111,9 @@ Process behaviour:
 - ``GRANDCHILD`` flag: at start, spawn ``sleep 600`` in the child's process group. ``DAEMON`` flag:
   at start, double-fork a ``setsid`` daemon running ``sleep 600``. Both take comma-separated options
   instead of ``1``: ``keep-stdio`` (the descendant keeps the child's stdio pipes; default /dev/null),
-  ``trap-term`` (the descendant ignores SIGTERM) and ``pid-namespace`` (the descendant is
+  ``trap-term`` (the descendant ignores SIGTERM), ``non-dumpable`` (the descendant makes itself
+  non-dumpable, as after a setuid exec, and sleeps without an ``exec`` that would undo it:
+  a non-root supervisor cannot read its environment) and ``pid-namespace`` (the descendant is
   ``unshare --pid --fork sh``, a shell that is PID 1 of a new pid namespace with a ``sleep 600``
   of its own; the child goes on once both are running). ``GRANDCHILD_PID_FILE=path``: their pids
   are appended to it, one per line.
@@ -238,6 +240,12 @@ def spawn_descendants() -> None:
                         os.dup2(devnull, fd)
                 if ready_w >= 0:
                     os.dup2(ready_w, 3)  # inheritable: the shell in the new namespace writes it
+                if "non-dumpable" in options:
+                    import ctypes
+
+                    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+                    while True:
+                        time.sleep(3600)
                 os.execvp(argv[0], argv)
             finally:
                 os._exit(127)

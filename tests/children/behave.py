@@ -30,6 +30,8 @@ escape-cgroup [bare]  a double-fork + setsid daemon that writes its pid into the
                     cgroup.procs (as root may), then sleeps (``bare``: after an ``execve`` with an
                     empty environment); prints "ready <pid> <moved|stayed>"; exit on EOF
 cgroup-view         print "ready <the 0:: line of /proc/self/cgroup> <cgroup namespace>"; exit on EOF
+ssh-agent           start a real ``ssh-agent -s`` (it daemonises and makes itself non-dumpable);
+                    prints "ready <agent pid>"; exit on EOF
 """
 
 from __future__ import annotations
@@ -286,6 +288,10 @@ def main() -> None:
         wait_eof()
     elif behaviour == "escape-cgroup":
         print("ready", *escape_cgroup(bare=arg == "bare"), flush=True)
+        wait_eof()
+    elif behaviour == "ssh-agent":
+        started = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True)
+        ready(int(started.stdout.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0]))
         wait_eof()
     elif behaviour == "cgroup-view":
         view = next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::")
