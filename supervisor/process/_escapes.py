@@ -99,12 +99,6 @@ def escape_possible() -> bool:
     return not (namespace_prefix() and kernel_keeps_namespaces_in())
 
 
-def in_namespace(namespace: str) -> list[int]:
-    """Every process we can see that lives in the cgroup namespace ``namespace``."""
-    me = os.getpid()
-    return [pid for pid in all_pids() if pid != me and cgroup_namespace(pid) == namespace]
-
-
 class Census:
     """Who is in which cgroup namespace, one read at a time for every run that asks.
 
