@@ -221,13 +221,16 @@ class TreeEnclosure:
         return found
 
     def _orphans(self, table: Table) -> list[int]:
-        """The adopted orphans this run owns: every other run alive at their birth is in its
+        """The adopted orphans this run owns: no other run claims them by its own facts (tag,
+        session, group, an earlier read), and every other run alive at their birth is in its
         teardown already (or gone), so this one is the last of them."""
-        running = [
-            e._since for e in _live_enclosures if e is not self and not e._ending and e._since is not None
-        ]
+        others = [e for e in _live_enclosures if e is not self]
+        starts = [e._since for e in others if not e._ending and e._since is not None]
         return [
-            pid for pid in self._adoptees(table) if not any(s <= table.entries[pid].start for s in running)
+            pid
+            for pid in self._adoptees(table)
+            if all(table.entries[pid].start < since for since in starts)
+            and not any(other._owns(table, pid) for other in others)
         ]
 
     def _uncertain(self, table: Table) -> list[int]:
