@@ -32,6 +32,8 @@ from supervisor.process import (
     detect_containment,
     host_group_name,
     keeper_pid,
+    set_subreaper,
+    subreaper_enabled,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
 
@@ -220,7 +222,18 @@ def _carries_run_tag(proc: psutil.Process) -> bool:
 def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     leaves_before = set(run_cgroups())
+    subreaper = subreaper_enabled()
     yield
+    try:
+        check_leftovers(before, leaves_before)
+    finally:
+        # A test that spawned in this process may have made it the child subreaper: later
+        # tests' orphans (of a CLI or server they start) would then become zombies here.
+        if subreaper_enabled() != subreaper:
+            set_subreaper(subreaper)
+
+
+def check_leftovers(before: set[int], leaves_before: set[Path]) -> None:
     new = [p for p in leftovers() if p.pid not in before]
     if EXEMPT_ROOTS:  # after the scan, so a process it found is in this snapshot of the tree
         passed_over = exempt_pids()

@@ -279,7 +279,9 @@ STORM_HOST = textwrap.dedent(
             )
             proc = await ManagedProcess.spawn(spec, tg)
             await proc.stdout.readline()
-            report = await proc.teardown(TeardownLadder(), eof_grace=0.3, term_grace=0.5, kill_wait=10)
+            # The sleepers die on SIGTERM: a long grace costs nothing, and a loaded machine
+            # cannot push the tree past it to SIGKILL.
+            report = await proc.teardown(TeardownLadder(), eof_grace=0.3, term_grace=60, kill_wait=10)
             print(json.dumps({"quiescent": report.quiescent, "rung": report.rung}))
             tg.cancel_scope.cancel()
 

@@ -470,31 +470,26 @@ def test_the_keeper_removes_its_hosts_group_with_no_run_in_flight(tmp_path: Path
 @needs_cgroup
 def test_reap_ends_a_stale_cgroup_of_a_dead_host(tmp_path: Path) -> None:
     assert CGROUP.cgroup_base is not None
-    with stand_in_host() as (_stand_in, identity):
-        group = CGROUP.cgroup_base / f"subagents-{identity.pid}-{identity.start}"
-        leaf = group / "run-stale"
-        leaf.mkdir(parents=True)
-        sh, members = tree_in_leaf(leaf)
-    try:
-        fds = pidfds(members)
-        assert not host_is_alive(identity)
-        reap = subprocess.run(
-            [sys.executable, "-m", "supervisor.cli", "reap"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert reap.returncode == 0
-        assert f"reaped cgroup {group} ({len(members)} processes)" in reap.stdout.splitlines()
-        sh.wait(timeout=GONE_WITHIN)
-        assert sh.stdout is not None
-        sh.stdout.close()
-        assert wait_gone(fds) == []
-        assert not group.exists()
-    finally:
-        for path in (leaf, group):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+    with reaper() as reap:
+        with stand_in_host() as (_stand_in, identity):
+            group = CGROUP.cgroup_base / f"subagents-{identity.pid}-{identity.start}"
+            leaf = group / "run-stale"
+            leaf.mkdir(parents=True)
+            sh, members = tree_in_leaf(leaf)
+        try:
+            fds = pidfds(members)
+            assert not host_is_alive(identity)
+            lines = reap()
+            assert f"reaped cgroup {group} ({len(members)} processes)" in lines
+            sh.wait(timeout=GONE_WITHIN)
+            assert sh.stdout is not None
+            sh.stdout.close()
+            assert wait_gone(fds) == []
+            assert not group.exists()
+        finally:
+            for path in (leaf, group):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
 
 
 @needs_cgroup

@@ -386,7 +386,12 @@ class CgroupEnclosure:
         return not await self._escapees()
 
     async def signal(self, sig: Signals) -> None:
+        """Every member (``cgroup.kill`` for SIGKILL), then whatever left the leaf: the rung
+        reaches the leaf before the look for escaped processes (a read of ``/proc``)."""
+        await self._signal_leaf(sig)
         await self._signal_escapees(sig)
+
+    async def _signal_leaf(self, sig: Signals) -> None:
         if sig == signal.SIGKILL and self._kill_all():
             return
         if self._root is not None:  # the child's own group, whatever the leaf says
