@@ -11,6 +11,7 @@ from __future__ import annotations
 from machines._audit import AuditTrail as AuditTrail
 from machines._audit import Transition as Transition
 from machines._audit import TransitionSink as TransitionSink
+from machines._lifecycle import IDLE as IDLE
 from machines._lifecycle import LEAKED as LEAKED
 from machines._lifecycle import QUIESCENT as QUIESCENT
 from machines._lifecycle import SETTLED as SETTLED
@@ -25,6 +26,7 @@ from machines._vocabulary import Vocabulary as Vocabulary
 from machines.ladder import TeardownLadder as TeardownLadder
 
 __all__ = (
+    "IDLE",
     "LEAKED",
     "QUIESCENT",
     "SETTLED",

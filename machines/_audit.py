@@ -13,7 +13,9 @@ class Transition:
     """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``).
 
     ``machine`` names the chart it belongs to: ``lifecycle`` (the provider's run) or
-    ``ladder`` (the teardown ladder).
+    ``ladder`` (the teardown ladder).  ``turn`` is the conversation turn it happened in
+    (1-based; a one-shot run has only turn 1; start and teardown belong to the turn
+    that was current then).
     """
 
     run_id: str
@@ -22,6 +24,7 @@ class Transition:
     target: str
     t: float
     machine: str = "lifecycle"
+    turn: int = 1
 
 
 TransitionSink = Callable[[Transition], None]
@@ -33,7 +36,8 @@ class AuditTrail:
     One trail is shared by every machine of a run (the lifecycle and the teardown
     ladder), so the trail is the single ordered story of the run.  ``sink`` sees each
     transition as it happens (the CLI's ``--trace``); a failing sink is the embedder's
-    bug and propagates.
+    bug and propagates.  The run sets :attr:`turn` as each turn of a conversation
+    begins; every entry carries the turn it was recorded in.
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class AuditTrail:
         self._clock = clock
         self._sink = sink
         self.started_at = clock()
+        self.turn = 1
         self._entries: list[Transition] = []
 
     @property
@@ -55,22 +60,23 @@ class AuditTrail:
 
     def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
         kind = str(getattr(machine, "AUDIT_MACHINE", "lifecycle"))
-        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock(), kind)
+        entry = Transition(self.run_id, str(event), source.name, target.name, self._clock(), kind, self.turn)
         self._entries.append(entry)
         if self._sink is not None:
             self._sink(entry)
 
-    def as_dict(self, entry: Transition) -> dict[str, str | float]:
-        """One entry as ``{event, source, target, t, machine}``, ``t`` relative to the run's start."""
+    def as_dict(self, entry: Transition) -> dict[str, str | float | int]:
+        """One entry as ``{event, source, target, t, machine, turn}``, ``t`` relative to the run's start."""
         return {
             "event": entry.event,
             "source": entry.source,
             "target": entry.target,
             "t": round(entry.t - self.started_at, 6),
             "machine": entry.machine,
+            "turn": entry.turn,
         }
 
-    def as_dicts(self) -> list[dict[str, str | float]]:
+    def as_dicts(self) -> list[dict[str, str | float | int]]:
         """The whole trail, as :meth:`as_dict` entries."""
         return [self.as_dict(e) for e in self._entries]
 

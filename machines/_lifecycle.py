@@ -6,8 +6,17 @@ A provider run is a python-statemachine ``StateChart`` whose states are the
 provider's *stages* plus three bookkeeping states:
 
 * ``settled``   the result has settled; the run waits for ``dispose``;
+* ``idle``      a conversation between turns: the child lives, waiting for the next
+                turn (only in charts built with a ``turn_stage``);
 * ``quiescent`` final: the whole process tree is gone;
 * ``leaked``    final: teardown could not prove the tree gone.
+
+The turn loop (conversations): a settled turn whose child lives and whose session is
+usable goes ``settled -> idle`` (``turn_ended``); the next turn goes ``idle -> <turn
+stage>`` (``turn_sent``).  From ``idle`` the conversation may also end: ``dispose``,
+the idle timeout, the child's death between turns, or the run ending it (an abort);
+a turn that left no usable session ends it from ``settled``.  Every path still ends in
+``teardown`` and then ``quiescent`` or ``leaked``.
 
 Transitions are data (h11 style): each provider module declares a table of
 ``(event, source, target)`` rows, events named for the protocol or process fact that
@@ -38,9 +47,10 @@ from typing import Any, ClassVar
 from statemachine import State, StateChart
 
 SETTLED = "settled"
+IDLE = "idle"
 QUIESCENT = "quiescent"
 LEAKED = "leaked"
-BOOKKEEPING_STATES = (SETTLED, QUIESCENT, LEAKED)
+BOOKKEEPING_STATES = (SETTLED, IDLE, QUIESCENT, LEAKED)
 
 Row = tuple[str, str, str]
 """``(event, source, target)``; the event is a member of the chart's event enum."""
@@ -56,6 +66,12 @@ class CommonEvent(enum.StrEnum):
     DISPOSE_REQUESTED = "dispose_requested"
     TREE_GONE = "tree_gone"
     TREE_SURVIVED = "tree_survived"
+    # the turn loop of a conversation
+    TURN_ENDED = "turn_ended"
+    TURN_SENT = "turn_sent"
+    IDLE_TIMED_OUT = "idle_timed_out"
+    CHILD_LOST = "child_lost"
+    CONVERSATION_ENDED = "conversation_ended"
 
 
 class _StageTracker:
@@ -147,8 +163,10 @@ def build_lifecycle(
     states: dict[str, State] = {}
     for stage in stages:
         states[stage] = State(stage, initial=stage == stages[0])
+    named = {state for _, source, target in rows for state in (source, target)}
     for extra in BOOKKEEPING_STATES:
-        states[extra] = State(extra, final=extra in (QUIESCENT, LEAKED))
+        if extra != IDLE or IDLE in named:  # ``idle`` only in charts that converse
+            states[extra] = State(extra, final=extra in (QUIESCENT, LEAKED))
     namespace: dict[str, Any] = {_attr(k): v for k, v in states.items()}
     transitions: dict[str, Any] = {}
     for event, source, target in rows:
@@ -174,6 +192,7 @@ def common_rows(
     running: Sequence[str],
     teardown: str,
     late: Sequence[str] = (),
+    turn_stage: str | None = None,
 ) -> tuple[Row, ...]:
     """The rows every provider shares.
 
@@ -183,7 +202,13 @@ def common_rows(
       (the result itself not yet handed over) is a late ``cancelled`` on ``settled``;
     * ``dispose`` moves a settled run into ``teardown``; the tree is then gone or not;
     * each ``late`` event is accepted, and changes nothing, once the run has settled
-      or is being taken down (the facts a run may still receive after a local cancel).
+      or is being taken down (the facts a run may still receive after a local cancel);
+    * with a ``turn_stage`` (a kind that can converse), the turn loop: a settled turn
+      goes ``idle`` (``turn_ended``), the next turn enters ``turn_stage`` from there
+      (``turn_sent``), and ``idle`` ends in ``teardown`` on ``dispose``, the idle
+      timeout (``idle_timed_out``), the child's death (``child_lost``) or the run ending
+      the conversation (``conversation_ended``, also from ``settled``: a turn that left
+      no usable session).
     """
     rows: list[Row] = []
     for stage in startup:
@@ -199,6 +224,16 @@ def common_rows(
     for event in late:
         rows.append((event, SETTLED, SETTLED))
         rows.append((event, teardown, teardown))
+    if turn_stage is not None:
+        if turn_stage not in running:
+            raise ValueError(f"the turn stage {turn_stage!r} must be one of the running stages")
+        rows.append((CommonEvent.TURN_ENDED, SETTLED, IDLE))
+        rows.append((CommonEvent.TURN_SENT, IDLE, turn_stage))
+        rows.append((CommonEvent.DISPOSE_REQUESTED, IDLE, teardown))
+        rows.append((CommonEvent.IDLE_TIMED_OUT, IDLE, teardown))
+        rows.append((CommonEvent.CHILD_LOST, IDLE, teardown))
+        rows.append((CommonEvent.CONVERSATION_ENDED, IDLE, teardown))
+        rows.append((CommonEvent.CONVERSATION_ENDED, SETTLED, teardown))
     return tuple(rows)
 
 

@@ -41,6 +41,7 @@ AcpLifecycle = build_lifecycle(
             startup=("initialize", "new-session", "process"),
             running=("prompt", "process"),
             teardown="teardown",
+            turn_stage="prompt",
             late=(
                 AcpEvent.STOP_REASON_RECEIVED,
                 AcpEvent.PROMPT_FAILED,

@@ -53,6 +53,7 @@ ClaudeCodeLifecycle = build_lifecycle(
             startup=("query-start", "process"),
             running=("query-run", "process"),
             teardown="teardown",
+            turn_stage="query-run",
             late=(
                 ClaudeCodeEvent.CLI_EXITED,
                 ClaudeCodeEvent.RESULT_SUCCEEDED,

@@ -54,6 +54,7 @@ CodexLifecycle = build_lifecycle(
             startup=("initialize", "thread-start", "process"),
             running=("turn-start", "turn", "process"),
             teardown="teardown",
+            turn_stage="turn-start",
             late=(CodexEvent.TURN_STARTED, CodexEvent.TURN_COMPLETED, CodexEvent.APP_SERVER_EXITED),
         ),
     ),

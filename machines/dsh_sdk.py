@@ -46,6 +46,7 @@ DshSdkLifecycle = build_lifecycle(
             startup=("initialize", "session-run"),
             running=("session-run",),
             teardown="shutdown",
+            turn_stage="session-run",
             late=(
                 DshSdkEvent.PROMPT_SPLICED,
                 DshSdkEvent.ROOT_IDLE,

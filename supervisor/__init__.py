@@ -27,6 +27,8 @@ from supervisor._consumers import job_outcome as job_outcome
 from supervisor._consumers import settle_job as settle_job
 from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
 from supervisor._errors import ConfigurationError as ConfigurationError
+from supervisor._errors import ConversationEnd as ConversationEnd
+from supervisor._errors import ConversationOver as ConversationOver
 from supervisor._errors import DuplicateProvider as DuplicateProvider
 from supervisor._errors import InvalidRequest as InvalidRequest
 from supervisor._errors import NoProvider as NoProvider
@@ -34,6 +36,7 @@ from supervisor._errors import StartAborted as StartAborted
 from supervisor._errors import StartFailed as StartFailed
 from supervisor._errors import SubagentError as SubagentError
 from supervisor._errors import TeardownFailed as TeardownFailed
+from supervisor._errors import TurnInProgress as TurnInProgress
 from supervisor._errors import UnsupportedCapability as UnsupportedCapability
 from supervisor._handle import Run as Run
 from supervisor._host_limits import set_host_ceiling as set_host_ceiling
@@ -49,6 +52,7 @@ from supervisor._seam import Resources as Resources
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
+from supervisor._seam import Usage as Usage
 from supervisor._sequence import RunOutcome as RunOutcome
 from supervisor._sequence import supervise as supervise
 from supervisor.batching._jobs import BatchError as BatchError
@@ -69,6 +73,8 @@ __all__ = (
     "BatchRecord",
     "Capabilities",
     "ConfigurationError",
+    "ConversationEnd",
+    "ConversationOver",
     "DuplicateProvider",
     "ExitFacts",
     "InstalledKind",
@@ -91,7 +97,9 @@ __all__ = (
     "TeardownFailed",
     "Transition",
     "TransitionSink",
+    "TurnInProgress",
     "UnsupportedCapability",
+    "Usage",
     "batch",
     "create_provider",
     "foreground_text",

@@ -38,6 +38,7 @@ from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 DEFAULT_START_TIMEOUT_MS = 60_000
+DEFAULT_IDLE_TIMEOUT_MS = 600_000
 
 
 def resolve_executable(value: Any, info: ValidationInfo, what: str) -> Path | None:
@@ -125,6 +126,9 @@ class ProviderConfig(BaseModel):
     stderr_tail_bytes: int = Field(default=DEFAULT_STDERR_TAIL_BYTES, gt=0)
     subreaper: bool = True
     start_timeout_ms: float = DEFAULT_START_TIMEOUT_MS
+    idle_timeout_ms: float = DEFAULT_IDLE_TIMEOUT_MS
+    """A conversation with no turn for this long is torn down (then a send raises
+    ``ConversationOver``).  One-shot runs never idle."""
     max_inflight_requests: int = Field(default=DEFAULT_MAX_INFLIGHT_REQUESTS, gt=0)
     cgroup_root: Path | None = None
     containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
@@ -166,7 +170,7 @@ class ProviderConfig(BaseModel):
             return value  # a key with a parser of its own (memory_max) is as strict as its parser
         return strict_scalar(value, field.annotation)
 
-    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms")
+    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms", "idle_timeout_ms")
     @classmethod
     def _positive_grace(cls, value: float) -> float:
         return _grace(value)
@@ -223,6 +227,10 @@ class ProviderConfig(BaseModel):
     def limits(self) -> Limits:
         """The kernel limits of a run (memory, processes, CPU)."""
         return Limits(memory_max=self.memory_max, pids_max=self.pids_max, cpu_max=self.cpu_max)
+
+    @property
+    def idle_timeout(self) -> float:
+        return self.idle_timeout_ms / 1000
 
 
 class CommandConfig(ProviderConfig):

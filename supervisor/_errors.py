@@ -7,6 +7,7 @@ log, never in ``str(error)``.
 
 from __future__ import annotations
 
+import enum
 from typing import ClassVar
 
 from supervisor._public import home
@@ -82,6 +83,70 @@ class TeardownFailed(SubagentError):
         self.diagnostic = diagnostic
 
 
+class TurnInProgress(SubagentError):
+    """``send`` was called while a turn of the conversation is still running (or while
+    another ``send`` is waiting to begin the next one).  Nothing was sent; the running
+    turn goes on."""
+
+    code = "TURN_IN_PROGRESS"
+
+    def __init__(self) -> None:
+        super().__init__("a turn is already running")
+
+
+class ConversationEnd(enum.StrEnum):
+    """Why a conversation is over (closed values: they appear in the error's text)."""
+
+    CHILD_EXITED = "child exited"
+    """The child died, during a turn or between turns."""
+    SESSION_UNUSABLE = "session unusable"
+    """A turn left the protocol session unable to take another turn (a broken wire, a
+    turn the agent never finished, a provider failure)."""
+    IDLE_TIMEOUT = "idle timeout"
+    """No turn for ``idle_timeout_ms``: the run was torn down."""
+    CANCEL_UNFINISHED = "cancelled turn did not end"
+    """A cancelled turn was not ended by the agent within ``dispose_grace_ms``."""
+    ABORTED = "aborted"
+    """The run's abort signal fired."""
+    LIMIT = "limit"
+    """A limit of the run (``timeout_ms``, ``stall_timeout_ms``) stopped a turn; the
+    turn's diagnostic names it."""
+    CLOSED = "closed"
+    """The run was disposed (``dispose()`` or leaving its ``async with``)."""
+
+
+class ConversationOver(SubagentError):
+    """``send`` on a conversation that has ended.  Its text is closed facts only::
+
+        subagent conversation is over (provider: ACP; turn: 2; reason: child exited; exit code: 3)
+
+    ``turn`` is the number of the last turn; ``exit_code`` and ``signal`` are the direct
+    child's, when its exit was observed.
+    """
+
+    code = "CONVERSATION_OVER"
+
+    def __init__(
+        self,
+        label: str,
+        turn: int,
+        reason: ConversationEnd,
+        *,
+        exit_code: int | None = None,
+        signal: str | None = None,
+    ) -> None:
+        fields = [f"provider: {label}", f"turn: {turn}", f"reason: {reason.value}"]
+        if exit_code is not None:
+            fields.append(f"exit code: {exit_code}")
+        if signal is not None:
+            fields.append(f"signal: {signal}")
+        super().__init__(f"subagent conversation is over ({'; '.join(fields)})")
+        self.turn = turn
+        self.reason = reason
+        self.exit_code = exit_code
+        self.signal = signal
+
+
 home(
     "supervisor",
     SubagentError,
@@ -93,4 +158,7 @@ home(
     StartFailed,
     TeardownFailed,
     UnsupportedCapability,
+    TurnInProgress,
+    ConversationEnd,
+    ConversationOver,
 )

@@ -42,7 +42,18 @@ class Run(Protocol):
 
     @property
     def state(self) -> str:
-        """The active lifecycle state (a stage, ``settled``, ``quiescent`` or ``leaked``)."""
+        """The active lifecycle state (a stage, ``settled``, ``idle`` between the turns of
+        a conversation, ``quiescent`` or ``leaked``)."""
+        ...
+
+    @property
+    def conversation(self) -> bool:
+        """Whether the run was started as a conversation (``conversation=True``)."""
+        ...
+
+    @property
+    def turn(self) -> int:
+        """The current turn's number: 1 is the request's task, each ``send`` the next."""
         ...
 
     @property
@@ -77,17 +88,27 @@ class Run(Protocol):
         ...
 
     @property
-    def settled(self) -> bool: ...
+    def settled(self) -> bool:
+        """Whether the current turn's result has settled."""
+        ...
 
     @property
     def cancelled_locally(self) -> bool: ...
 
-    async def start(self, task_group: TaskGroup, abort: AbortSignal | None = None) -> None:
+    async def start(
+        self, task_group: TaskGroup, abort: AbortSignal | None = None, *, conversation: bool = False
+    ) -> None:
         """Spawn and handshake; return once published (``Registry.run`` calls it)."""
         ...
 
     async def result(self) -> SubagentResult:
-        """The settled result; never raises for a child-level failure."""
+        """The latest turn's settled result (waits for a running turn); never raises for
+        a child-level failure."""
+        ...
+
+    async def send(self, task: str) -> SubagentResult:
+        """Run the next turn of a conversation; its result.  Raises ``TurnInProgress``
+        while a turn runs and ``ConversationOver`` once the conversation has ended."""
         ...
 
     async def output_arrived(self) -> None:
@@ -95,11 +116,13 @@ class Run(Protocol):
         ...
 
     def cancel(self) -> None:
-        """Local cancellation: settle ``aborted`` at once, keeping partial output."""
+        """Local cancellation of the running turn: settle ``aborted`` at once, keeping
+        partial output (a conversation stays open)."""
         ...
 
     async def dispose(self) -> None:
-        """Reach whole-tree quiescence or raise ``TeardownFailed``.  Idempotent."""
+        """Reach whole-tree quiescence or raise ``TeardownFailed``.  Idempotent; ends a
+        conversation."""
         ...
 
     def force_kill(self) -> None:

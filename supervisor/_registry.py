@@ -58,6 +58,15 @@ def require_asyncio() -> None:
         raise InvalidRequest("subagent-supervisor runs on anyio's asyncio backend only") from None
 
 
+async def _start(run: Run, task_group: TaskGroup, abort: AbortSignal | None, conversation: bool) -> None:
+    """``run.start``; a one-shot start passes no ``conversation`` (a third-party run
+    written before conversations existed takes none)."""
+    if conversation:
+        await run.start(task_group, abort, conversation=True)
+    else:
+        await run.start(task_group, abort)
+
+
 class Registry:
     """Providers by name.  Runs already handed out stay valid after ``unregister``."""
 
@@ -81,14 +90,19 @@ class Registry:
         except KeyError:
             raise NoProvider(f'no subagent provider registered for "{name}"') from None
 
-    def check(self, name: str, request: SubagentRequest) -> Provider:
-        """The checks made before anything spawns, in the contract's order."""
+    def check(self, name: str, request: SubagentRequest, *, conversation: bool = False) -> Provider:
+        """The checks made before anything spawns, in the contract's order (a
+        conversation asked of a kind that cannot converse after the start-time options)."""
         provider = self.get(name)
         for field, capability, spelled in _CAPABILITY_CHECKS:
             if getattr(request, field) is not None and not getattr(provider.capabilities, capability):
                 raise UnsupportedCapability(
                     f'subagent provider "{provider.name}" does not support the "{spelled}" capability'
                 )
+        if conversation and not getattr(provider.capabilities, "conversation", False):
+            raise UnsupportedCapability(
+                f'subagent provider "{provider.name}" does not support the "conversation" capability'
+            )
         depth = request.max_depth
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 0):
             raise InvalidRequest("subagent max_depth must be a non-negative integer")
@@ -102,15 +116,16 @@ class Registry:
         task_group: TaskGroup,
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
+        conversation: bool = False,
     ) -> Run:
         """Lower level than :meth:`run`: the run's background work lives in ``task_group``.
 
         The caller must ``dispose()`` the returned run.
         """
-        provider = self.check(name, request)
+        provider = self.check(name, request, conversation=conversation)
         require_asyncio()
         run = provider.create_run(request, trace=trace)
-        await run.start(task_group, abort)
+        await _start(run, task_group, abort, conversation)
         return run
 
     @asynccontextmanager
@@ -121,17 +136,20 @@ class Registry:
         *,
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
+        conversation: bool = False,
     ) -> AsyncIterator[Run]:
         """Start and publish a run; leaving the block disposes it (shielded).
 
-        Leaving while the run is still in flight is a local cancellation.
+        Leaving while the run is still in flight is a local cancellation.  With
+        ``conversation=True`` the child is kept after the first turn (the request's
+        task) for more turns: ``await run.send(task)``.
         """
-        provider = self.check(name, request)
+        provider = self.check(name, request, conversation=conversation)
         require_asyncio()
         run = provider.create_run(request, trace=trace)
         try:
             async with anyio.create_task_group() as tg:
-                await run.start(tg, abort)
+                await _start(run, task_group=tg, abort=abort, conversation=conversation)
                 try:
                     yield run
                 finally:

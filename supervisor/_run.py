@@ -6,11 +6,16 @@ class attributes ``vocabulary`` and ``lifecycle``, and fills in the hooks:
 
 * ``handshake()``       spawn the child and finish the protocol handshake (stages
   before publication); raise :class:`StepFailed` with safe facts on failure;
-* ``drive()``           run the task after publication and return the result;
-* ``partial_output()``  the partial output collected so far;
+* ``drive()``           run one turn (its text is :attr:`ProviderRun.task`) after
+  publication and return its result;
+* ``partial_output()``  the partial output collected so far (of the current turn);
 * ``remote_cancel()``   the protocol's best-effort cancel (optional);
 * ``before_ladder()`` / ``after_ladder()`` protocol shutdown before the process ladder,
-  and releasing protocol resources after it (optional).
+  and releasing protocol resources after it (optional);
+* for a kind that converses (``Capabilities(conversation=True)``, a chart built with a
+  ``turn_stage``): ``begin_turn()`` resets per-turn state before each later turn,
+  ``session_usable()`` says whether a settled turn left a session that can take the
+  next one, and ``session_lost()`` returns when an idle session can take no more.
 
 Everything before publication runs under the config's ``start_timeout_ms``; a start
 that overruns it fails in its current stage as the vocabulary's ``start_timeout_category``.
@@ -33,6 +38,25 @@ an ``unknown`` failure (:mod:`supervisor._guard`), and the tree is torn down by 
 dispose that follows; ``dispose()`` reaches the teardown whatever the provider's
 ``partial_output()`` or chart does.  A run is built from one
 :class:`RunContext`; callers see it only as a :class:`~supervisor.Run`.
+
+Conversations
+-------------
+A run started with ``conversation=True`` keeps its child after a turn settles.  Every
+turn (the request's task is turn 1, each :meth:`ProviderRun.send` the next) goes
+through the one per-turn driver, ``_drive_and_settle``, inside its own turn guard
+(``timeout_ms`` counts from spawn for turn 1, from the send for the others): it calls
+``drive()``, settles the turn's result once, then either moves the chart to ``idle``
+(the child lives and ``session_usable()``) and watches the idle session
+(``idle_timeout_ms``, ``session_lost()``), or ends the conversation and takes the tree
+down at once.
+
+A cancelled turn (``cancel()``, or the task awaiting ``send`` being cancelled) settles
+``aborted`` at once, as in a one-shot run, but its driver keeps reading until the agent
+has ended the turn (the protocol's cancel was sent), for at most ``dispose_grace_ms``:
+the next turn must not start while the agent is still in the old one.  A driver cut
+off by that bound ends the conversation, as a turn a limit stopped does.  The abort
+signal, ``dispose()`` and leaving the ``async with`` end the conversation, cancelling a
+running turn at once.
 """
 
 from __future__ import annotations
@@ -50,7 +74,16 @@ from typing import ClassVar, Generic, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from machines import SETTLED, AuditTrail, CommonEvent, Lifecycle, TeardownLadder, TransitionSink, Vocabulary
+from machines import (
+    IDLE,
+    SETTLED,
+    AuditTrail,
+    CommonEvent,
+    Lifecycle,
+    TeardownLadder,
+    TransitionSink,
+    Vocabulary,
+)
 from supervisor._abort import AbortSignal
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import (
@@ -61,7 +94,15 @@ from supervisor._diagnostic import (
     bound_diagnostic,
     join_lines,
 )
-from supervisor._errors import StartAborted, StartFailed, TeardownFailed
+from supervisor._errors import (
+    ConversationEnd,
+    ConversationOver,
+    InvalidRequest,
+    StartAborted,
+    StartFailed,
+    TeardownFailed,
+    TurnInProgress,
+)
 from supervisor._guard import GuardedTaskGroup
 from supervisor._kinds import kind_name
 from supervisor._logging import raw_failure
@@ -161,6 +202,22 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._failure_category: str | None = None
         self._teardown_category: str | None = None
         self._spawned_at = 0.0  # on anyio's clock: where the first turn's timeout_ms counts from
+        # conversations (see the module docstring)
+        self._conversation = False
+        self._turn_number = 1
+        self._turn_task = context.request.task
+        self._turn_started_at = 0.0  # on anyio's clock: where this turn's timeout_ms counts from
+        self._results: list[SubagentResult] = []
+        self._turn_done = anyio.Event()  # the current turn's driver has finished (wind-down included)
+        self._turn_stopped: ConversationEnd | None = None  # why the base cut this turn's driver off
+        self._sending = False
+        self._over: ConversationEnd | None = None
+        self._over_exit: ExitFacts | None = None
+        self._over_known = anyio.Event()  # why the conversation ended is final
+        self._idle_scope: anyio.CancelScope | None = None
+        self._teardown_event: CommonEvent | None = None
+        self._teardown_done: anyio.Event | None = None
+        self._teardown_error: TeardownFailed | None = None
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -176,8 +233,23 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def state(self) -> str:
-        """The active lifecycle state (a stage, ``settled``, ``quiescent`` or ``leaked``)."""
+        """The active lifecycle state (a stage, ``settled``, ``idle``, ``quiescent`` or ``leaked``)."""
         return self.machine.state_name
+
+    @property
+    def conversation(self) -> bool:
+        """Whether the run was started as a conversation (``conversation=True``)."""
+        return self._conversation
+
+    @property
+    def turn(self) -> int:
+        """The current turn's number: 1 for the request's task, then one more per :meth:`send`."""
+        return self._turn_number
+
+    @property
+    def task(self) -> str:
+        """The current turn's text (the request's task in turn 1): what ``drive()`` sends."""
+        return self._turn_task
 
     @property
     def exit_facts(self) -> ExitFacts | None:
@@ -195,7 +267,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def settled(self) -> bool:
-        """Whether the result has settled (it never changes afterwards)."""
+        """Whether the current turn's result has settled (it never changes afterwards)."""
         return self._result is not None
 
     @property
@@ -210,7 +282,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         )
 
     async def output_arrived(self) -> None:
-        """Return once the child has sent some answer text (or the run has settled)."""
+        """Return once the child has sent some answer text in the current turn (or the turn has settled)."""
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as tg:
 
@@ -223,30 +295,130 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 scope.cancel()
 
     async def result(self) -> SubagentResult:
-        """The settled result.  Never raises for a child-level failure."""
-        await self._settled.wait()
-        assert self._result is not None
-        return self._result
+        """The settled result of the latest turn (waiting for it if it is running).
+
+        In a one-shot run, the run's result.  Never raises for a child-level failure.
+        """
+        settled = self._settled
+        await settled.wait()
+        return self._results[-1] if self._result is None else self._result
 
     def cancel(self) -> None:
-        """Local cancellation: settle ``aborted`` at once (keeping partial output)."""
+        """Local cancellation of the running turn: settle ``aborted`` at once (keeping
+        partial output).  In a conversation the conversation stays open (the agent is
+        asked to end the turn; the next :meth:`send` waits for that, at most
+        ``dispose_grace_ms``).  Nothing happens when no turn is running."""
+        self._cancel_turn(wind_down=self._conversation and self._over is None)
+
+    def _cancel_turn(self, *, wind_down: bool) -> None:
         if self._result is not None:
+            if not wind_down:  # a cancelled turn still winding down stops now
+                self._drive_scope.cancel()
             return
         self._cancelled_locally = True
         self._settle(SubagentResult(output=self._partial_or_empty(), stop_reason=StopReason.ABORTED))
         if self._published:  # before publication, the start's own rollback records the end
             self._record(CommonEvent.CANCELLED)
-        self._stop_turn()
+        if wind_down and self._published:
+            # The driver reads on until the agent ends the turn, bounded by the grace.
+            self._drive_scope.deadline = min(
+                self._drive_scope.deadline, anyio.current_time() + self.config.term_grace
+            )
+            self._remote_cancel()
+        else:
+            self._stop_turn()
 
     def _stop_turn(self) -> None:
         """Stop driving the turn, and ask the child to stop it too (best effort)."""
         self._drive_scope.cancel()
+        self._remote_cancel()
+
+    def _remote_cancel(self) -> None:
         if self._task_group is not None and not self._closed.is_set():  # never on a closed group
             self._remote_cancel_done = anyio.Event()
             self._task_group.start_soon(self._best_effort_remote_cancel, self._remote_cancel_done)
 
+    async def send(self, task: str) -> SubagentResult:
+        """Run the next turn of the conversation with ``task``; return its result.
+
+        Raises :class:`~supervisor.TurnInProgress` while a turn is running,
+        :class:`~supervisor.ConversationOver` once the conversation has ended, and
+        :class:`~supervisor.InvalidRequest` for a blank task or a run that is not a
+        conversation; none of these changes anything.  Never raises for a child-level
+        failure: a failed turn is in its result.  Cancelling the task awaiting this
+        call cancels the turn (local cancellation), then re-raises the cancellation.
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise InvalidRequest("subagent task must not be blank")
+        if not self._published:
+            raise InvalidRequest("subagent run has not been started")
+        if not self._conversation:
+            raise InvalidRequest("subagent run was not started as a conversation")
+        if self._over is not None:
+            await self._over_known.wait()
+            self._raise_if_over()
+        if self._sending or self._result is None:
+            raise TurnInProgress()
+        self._sending = True
+        try:
+            await self._turn_done.wait()  # a cancelled turn winds down first
+            if self._remote_cancel_done is not None:  # its protocol cancel is done with
+                await self._remote_cancel_done.wait()
+            if self._over is not None:
+                await self._over_known.wait()
+                self._raise_if_over()
+            try:
+                self.begin_turn()
+            except Exception as exc:  # a provider's bug: no turn can begin on this session
+                log.error("run %s: begin_turn() failed; the conversation ends", self.id)
+                raw_failure("run %s: the raw begin_turn failure", self.id, exc=exc)
+                self._end_conversation(ConversationEnd.SESSION_UNUSABLE, CommonEvent.CONVERSATION_ENDED)
+                self._raise_if_over()
+            self._begin_next_turn(task)
+        finally:
+            self._sending = False
+        number, settled = self._turn_number, self._settled
+        try:
+            await settled.wait()
+        except anyio.get_cancelled_exc_class():
+            if self._turn_number == number:
+                self.cancel()
+            raise
+        return self._results[number - 1]
+
+    def _raise_if_over(self) -> None:
+        if self._over is not None:
+            facts = self._over_exit
+            raise ConversationOver(
+                self.vocabulary.label,
+                self._turn_number,
+                self._over,
+                exit_code=facts.exit_code if facts else None,
+                signal=facts.signal if facts else None,
+            )
+
+    def _begin_next_turn(self, task: str) -> None:
+        self._stop_idle_watch()
+        self._turn_number += 1
+        self._turn_task = task
+        self._turn_started_at = anyio.current_time()
+        self.audit.turn = self._turn_number
+        self._result = None
+        self._settled = anyio.Event()
+        self._cancelled_locally = False
+        self._drive_scope = anyio.CancelScope()
+        self._output_arrived = anyio.Event()
+        self._remote_cancel_done = None
+        self._turn_done = anyio.Event()
+        self._turn_stopped = None
+        self._record(CommonEvent.TURN_SENT)
+        self.task_group.start_soon(self._drive_and_settle)
+
     async def dispose(self) -> None:
-        """Reach whole-tree quiescence or raise :class:`TeardownFailed`.  Idempotent."""
+        """Reach whole-tree quiescence or raise :class:`TeardownFailed`.  Idempotent.
+
+        Ends a conversation (a running turn is cancelled at once).
+        """
         if self._dispose_done is None:
             self._dispose_done = anyio.Event()
             if self._task_group is None or (not self._published and self._closed.is_set()):
@@ -254,13 +426,17 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 return
             with anyio.CancelScope(shield=True):
                 try:
+                    if self._over is None:
+                        self._over = ConversationEnd.CLOSED
+                        self._over_known.set()
+                    self._stop_idle_watch()
                     try:
-                        self.cancel()
+                        self._cancel_turn(wind_down=False)
                     except Exception as exc:  # whatever cancel() does, the teardown runs
                         log.error("run %s: local cancellation failed; tearing down anyway", self.id)
                         raw_failure("run %s: the raw cancellation failure", self.id, exc=exc)
                         self._settle(SubagentResult(output="", stop_reason=StopReason.ABORTED))
-                    self._dispose_error = await self._teardown(CommonEvent.DISPOSE_REQUESTED)
+                    self._dispose_error = await self._teardown_once(CommonEvent.DISPOSE_REQUESTED)
                 finally:
                     self._dispose_done.set()
                     self._closed.set()
@@ -281,11 +457,31 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @abstractmethod
     async def drive(self) -> SubagentResult:
-        """Run the task after publication and return its result."""
+        """Run one turn (:attr:`task`) after publication and return its result."""
 
     @abstractmethod
     def partial_output(self) -> str:
-        """The (partial) output collected so far."""
+        """The (partial) output of the current turn collected so far."""
+
+    def begin_turn(self) -> None:
+        """Reset per-turn state (output, decisions, usage) before a later turn's
+        ``drive()``; called once the previous turn has fully ended at the child."""
+
+    def session_usable(self) -> bool:
+        """Whether the turn that just settled left a session that can take another
+        turn.  The default: the child has not exited and its output has not ended.
+        A provider adds what its protocol knows (a broken wire, a turn the agent
+        may still be running)."""
+        process = self.process
+        return process is not None and process.exit_facts is None and not process.stdout_ended
+
+    async def session_lost(self) -> None:
+        """Return once an idle session can take no more turns.  The default: the
+        child exited."""
+        if self.process is None:
+            await anyio.sleep_forever()
+        else:
+            await self.process.wait_exit()
 
     async def remote_cancel(self) -> None:
         """The protocol's best-effort cancel; failures are only logged."""
@@ -422,11 +618,18 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     # -- start ------------------------------------------------------------------------
 
-    async def start(self, task_group: TaskGroup, abort: AbortSignal | None = None) -> None:
+    async def start(
+        self, task_group: TaskGroup, abort: AbortSignal | None = None, *, conversation: bool = False
+    ) -> None:
         """Spawn and handshake; return only once the run is published.
 
         On failure the child is rolled back to quiescence before the error is raised.
+        ``conversation=True`` keeps the child for more turns (:meth:`send`); the
+        registry refuses it, before anything spawns, for a kind that cannot converse.
         """
+        if conversation and not any(row[0] == CommonEvent.TURN_ENDED for row in self.lifecycle.TABLE):
+            raise InvalidRequest("this run's lifecycle has no turn loop: it cannot converse")
+        self._conversation = conversation
         self._telemetry.begin(self)
         try:
             await self._start_and_publish(task_group, abort)
@@ -438,7 +641,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         # Shielded: a caller's scope cancelled while the host task is being started would
         # otherwise leave that (shielded) task running with nobody to close it.  A pending
         # cancellation then arrives at the handshake's first checkpoint, which rolls back.
-        self._spawned_at = anyio.current_time()
+        self._spawned_at = self._turn_started_at = anyio.current_time()
         with anyio.CancelScope(shield=True):
             self._task_group = GuardedTaskGroup(await task_group.start(self._host), self._task_failed)
         if abort is not None and abort.aborted:
@@ -503,7 +706,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if self._cancelled_locally:  # cancelled while starting: settled already
             self._record(CommonEvent.CANCELLED)
         if abort is not None:
-            self._remove_abort = abort.add_callback(self.cancel)
+            self._remove_abort = abort.add_callback(self._aborted if self._conversation else self.cancel)
         self.task_group.start_soon(self._drive_and_settle)
 
     def _start_budget(self) -> tuple[float, LimitFacts | None]:
@@ -557,6 +760,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             category = self._categories.get(result.diagnostic.split("\n", 1)[0])
         self._failure_category = category
         self._result = result
+        self._results.append(result)
         self._settled.set()
 
     def _settle_failure(self, facts: FailureFacts, extra_line: str | None = None) -> None:
@@ -573,10 +777,23 @@ class ProviderRun(ABC, Generic[ConfigT]):
         )
 
     async def _drive_and_settle(self) -> None:
+        """The one per-turn driver: every turn, the first and each sent one, runs here."""
+        done = self._turn_done
+        try:
+            result, raised = await self._drive_turn()
+            if self._conversation:
+                self._after_turn(ended=result is not None, raised=raised)
+        finally:
+            done.set()
+
+    async def _drive_turn(self) -> tuple[SubagentResult | None, bool]:
+        """Drive the current turn and settle it; its result (None when the driver was cut
+        off) and whether ``drive()`` raised something other than :class:`StepFailed`."""
         result: SubagentResult | None = None
         category: str | None = None  # a failure's, when known as a fact here
+        raised = False
         with self._drive_scope:
-            async with self._guarded_turn(started=self._spawned_at):
+            async with self._guarded_turn(started=self._turn_started_at):
                 try:
                     result = await self.drive()
                 except StepFailed as exc:  # its category is kept
@@ -587,16 +804,19 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 except Exception as exc:
                     log.warning("run %s: failed in stage %s", self.id, self.stage)
                     raw_failure("run %s: the raw failure", self.id, exc=exc)
-                    result, category = self._failure_result(self.failure("unknown")), "unknown"
+                    result, category, raised = self._failure_result(self.failure("unknown")), "unknown", True
         if result is None:  # cancelled locally, stopped by a limit, or a task failed: already settled
-            return
-        if not self._cancelled_locally and self._result is None:
+            return None, raised
+        if self._cancelled_locally:  # a cancelled turn the agent has now ended: settled already
+            return result, raised
+        if self._result is None:
             kernel_limit = self._kernel_limit()
             if kernel_limit is not None:
                 result, category = self._limited(result, category, kernel_limit)
-        if not self._cancelled_locally and self.machine.state_name != SETTLED:
+        if self.machine.state_name != SETTLED:
             self._record(CommonEvent.FAILED)
         self._settle(result, category=category)
+        return result, raised
 
     # -- limits -----------------------------------------------------------------------
 
@@ -614,6 +834,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             return
         log.warning("run %s: stopped by its %s limit in stage %s", self.id, limit.resource, self.stage)
         self._settle_failure(self.failure(self.vocabulary.start_timeout_category), limit.line())
+        self._turn_stopped = ConversationEnd.LIMIT
         self._stop_turn()
 
     def _kernel_limit(self) -> LimitFacts | None:
@@ -655,9 +876,12 @@ class ProviderRun(ABC, Generic[ConfigT]):
             if self._start_scope is not None:
                 self._start_scope.cancel()
             return
+        self._turn_stopped = ConversationEnd.SESSION_UNUSABLE
         self._drive_scope.cancel()
         if self._result is None:
             self._settle_failure(self.failure("unknown"))
+        elif self._conversation and self.machine.state_name == IDLE:  # between turns: no driver to end it
+            self._end_conversation(ConversationEnd.SESSION_UNUSABLE, CommonEvent.CONVERSATION_ENDED)
 
     def _partial_or_empty(self) -> str:
         """The provider's partial output, or nothing when asking for it fails."""
@@ -677,6 +901,80 @@ class ProviderRun(ABC, Generic[ConfigT]):
         except Exception:
             log.error("run %s: the chart refused %s in state %s", self.id, event, self.machine.state_name)
 
+    # -- conversations ------------------------------------------------------------------
+
+    def _after_turn(self, *, ended: bool, raised: bool) -> None:
+        """A conversation's turn is over at the child (or its driver was cut off):
+        go idle, or end the conversation."""
+        if self._over is not None:  # ended while the turn ran (dispose, abort)
+            return
+        if not ended:  # cut off: a limit, a failed task, or a cancelled turn not ended in time
+            reason = self._turn_stopped or ConversationEnd.CANCEL_UNFINISHED
+            self._end_conversation(reason, CommonEvent.CONVERSATION_ENDED)
+        elif raised or not self._session_usable():
+            self._end_conversation(None, CommonEvent.CONVERSATION_ENDED)
+        else:
+            self._record(CommonEvent.TURN_ENDED)
+            self._idle_scope = anyio.CancelScope()
+            self.task_group.start_soon(self._watch_idle, self._idle_scope)
+
+    def _session_usable(self) -> bool:
+        try:
+            return self.session_usable()
+        except Exception as exc:  # a provider's bug: the session cannot be trusted with a turn
+            log.error("run %s: session_usable() failed; the conversation ends", self.id)
+            raw_failure("run %s: the raw session_usable failure", self.id, exc=exc)
+            return False
+
+    async def _watch_idle(self, scope: anyio.CancelScope) -> None:
+        """Between turns: the idle timeout, or the session going away, ends the conversation."""
+        with scope:
+            with anyio.move_on_after(self.config.idle_timeout) as timer:
+                await self.session_lost()
+            if timer.cancelled_caught:
+                log.info("run %s: the conversation was idle for idle_timeout_ms", self.id)
+                self._end_conversation(ConversationEnd.IDLE_TIMEOUT, CommonEvent.IDLE_TIMED_OUT)
+            else:
+                log.info("run %s: the child's session ended between turns", self.id)
+                self._end_conversation(None, CommonEvent.CHILD_LOST)
+
+    def _stop_idle_watch(self) -> None:
+        scope, self._idle_scope = self._idle_scope, None
+        if scope is not None:
+            scope.cancel()
+
+    def _aborted(self) -> None:
+        """The abort signal, in a conversation: cancel the running turn and end it all."""
+        if self._over is None:
+            self._cancel_turn(wind_down=False)
+            self._end_conversation(ConversationEnd.ABORTED, CommonEvent.CONVERSATION_ENDED)
+
+    def _end_conversation(self, reason: ConversationEnd | None, event: CommonEvent) -> None:
+        """The conversation is over: no more turns; the tree goes down now, in the background.
+
+        ``reason`` None: the session was lost.  That is ``child exited`` (with its exit
+        facts) when the child's exit is observed within the EOF grace, before any signal
+        of the teardown, else ``session unusable``.
+        """
+        if self._over is not None:
+            return
+        self._over = reason or ConversationEnd.SESSION_UNUSABLE
+        self._stop_idle_watch()
+        if reason is not None:
+            self._over_known.set()
+        if self._claim_teardown(event):
+            self.task_group.start_soon(self._run_teardown, reason is None)
+
+    async def _why_lost(self) -> None:
+        try:
+            facts = (
+                None if self.process is None else await self.process.wait_exit(within=self.config.eof_grace)
+            )
+            if facts is not None:
+                self._over, self._over_exit = ConversationEnd.CHILD_EXITED, facts
+        finally:
+            self._over_known.set()
+
     async def _best_effort_remote_cancel(self, done: anyio.Event) -> None:
         try:
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
@@ -687,6 +985,33 @@ class ProviderRun(ABC, Generic[ConfigT]):
             done.set()
 
     # -- teardown ---------------------------------------------------------------------
+
+    def _claim_teardown(self, event: CommonEvent) -> bool:
+        """The first caller to claim the teardown runs it (with its event); later ones wait."""
+        if self._teardown_done is not None:
+            return False
+        self._teardown_done = anyio.Event()
+        self._teardown_event = event
+        return True
+
+    async def _run_teardown(self, lost: bool = False) -> None:
+        assert self._teardown_done is not None
+        assert self._teardown_event is not None
+        with anyio.CancelScope(shield=True):
+            try:
+                if lost:  # before the ladder's first signal
+                    await self._why_lost()
+                self._teardown_error = await self._teardown(self._teardown_event)
+            finally:
+                self._teardown_done.set()
+
+    async def _teardown_once(self, event: CommonEvent) -> TeardownFailed | None:
+        if self._claim_teardown(event):
+            await self._run_teardown()
+        else:
+            assert self._teardown_done is not None
+            await self._teardown_done.wait()
+        return self._teardown_error
 
     async def _teardown(self, event: CommonEvent) -> TeardownFailed | None:
         """Move into the teardown stage, take the tree down, and record the outcome."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator
 
 from supervisor._clean import clean_text
 from supervisor._diagnostic import bound_diagnostic
@@ -24,7 +26,8 @@ class StopReason(enum.StrEnum):
 
 
 class Capabilities(BaseModel):
-    """Optional start-time features.  All four out-of-process providers support none."""
+    """Optional features.  The four built-in providers support no start-time option
+    (``output_schema`` to ``agent_options``) and all of them can converse."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -33,6 +36,8 @@ class Capabilities(BaseModel):
     tool_filter: bool = False
     persona: bool = False
     agent_options: bool = False
+    conversation: bool = False
+    """The kind keeps a run alive for more turns (``Registry.run(..., conversation=True)``)."""
 
 
 NO_CAPABILITIES = Capabilities()
@@ -88,16 +93,71 @@ class Resources(BaseModel):
     """The most processes and threads alive in the tree at once."""
 
 
+MAX_TOKENS_COUNT = 2**63 - 1
+TokenCount = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS_COUNT)]
+Cost = Annotated[StrictFloat | StrictInt, Field(ge=0)]
+
+
+class Usage(BaseModel):
+    """What one turn used, as the agent reported it: numbers only, validated.
+
+    ``input_tokens`` counts every input token of the turn, cached ones included
+    (``cached_input_tokens`` says how many of them were read from a cache);
+    ``output_tokens`` includes reasoning tokens; ``cost_usd`` is in US dollars.  A field
+    the agent did not report is None.  Nothing here is ever child text.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: TokenCount | None = None
+    output_tokens: TokenCount | None = None
+    cached_input_tokens: TokenCount | None = None
+    cost_usd: Cost | None = None
+
+    @field_validator("cost_usd")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not math.isfinite(value):
+            raise ValueError("cost_usd must be a finite number")
+        return float(value)
+
+    @classmethod
+    def from_reported(cls, fields: Mapping[str, object]) -> Usage | None:
+        """Build usage from numbers a child reported, keeping only the valid ones.
+
+        A value that is not a valid number for its field (negative, a string, a bool,
+        NaN, out of range) is dropped, never raised and never copied; None when
+        nothing valid remains.
+        """
+        kept: dict[str, object] = {}
+        for name in cls.model_fields:
+            value = fields.get(name)
+            if value is None:
+                continue
+            try:
+                cls.model_validate({name: value})
+            except ValidationError:
+                continue
+            kept[name] = value
+        return cls.model_validate(kept) if kept else None
+
+
 class SubagentResult(BaseModel):
     """What the parent receives.  The diagnostic bound is applied here, on every path, and
     so is the one text rule: the child's text never holds a lone surrogate (each becomes
-    U+FFFD), so every output (terminal, JSON, records, MCP, spans, logs) can encode it."""
+    U+FFFD), so every output (terminal, JSON, records, MCP, spans, logs) can encode it.
+
+    ``usage`` is what the turn used, when the agent reported it.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     output: str = ""
     stop_reason: str
     diagnostic: str | None = Field(default=None)
+    usage: Usage | None = None
 
     @field_validator("output", "stop_reason")
     @classmethod
@@ -110,4 +170,4 @@ class SubagentResult(BaseModel):
         return bound_diagnostic(None if value is None else clean_text(value))
 
 
-home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources)
+home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources, Usage)

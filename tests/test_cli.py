@@ -77,7 +77,8 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
     assert doc["stages"] == ["initialize", "new-session", "prompt", "teardown"]
     assert (doc["exit_code"], doc["signal"], doc["quiescent"]) == (0, None, True)
     assert doc["audit"][0] == {**doc["audit"][0], "event": "initialize_answered", "source": "initialize"}
-    assert all(set(t) == {"event", "source", "target", "t", "machine"} for t in doc["audit"])
+    assert all(set(t) == {"event", "source", "target", "t", "machine", "turn"} for t in doc["audit"])
+    assert {t["turn"] for t in doc["audit"]} == {1}
     assert {t["machine"] for t in doc["audit"]} == {"lifecycle", "ladder"}
 
 

@@ -365,7 +365,7 @@ def test_trace_lines_carry_t_and_machine_like_the_audit(tmp_path: Path) -> None:
     traced = [json.loads(line) for line in proc.stderr.splitlines()]
     assert {line["run_id"] for line in traced} == {doc["run_id"]}
     assert [{k: v for k, v in line.items() if k != "run_id"} for line in traced] == doc["audit"]
-    assert all(set(entry) == {"event", "source", "target", "t", "machine"} for entry in doc["audit"])
+    assert all(set(entry) == {"event", "source", "target", "t", "machine", "turn"} for entry in doc["audit"])
     machines = [entry["machine"] for entry in doc["audit"]]
     assert machines[0] == "lifecycle"
     assert set(machines) == {"lifecycle", "ladder"}

@@ -20,6 +20,7 @@ EXPORTS = {
     "StopReason",
     "SubagentRequest",
     "SubagentResult",
+    "Usage",
     "Registry",
     "Provider",
     "Run",
@@ -53,6 +54,9 @@ EXPORTS = {
     "StartFailed",
     "TeardownFailed",
     "UnsupportedCapability",
+    "TurnInProgress",
+    "ConversationOver",
+    "ConversationEnd",
     # kinds, found through the entry-point group
     "PROVIDERS_GROUP",
     "InstalledKind",
@@ -183,7 +187,24 @@ def test_the_run_protocol_is_what_callers_get() -> None:
         "result",
         "cancel",
         "dispose",
+        "conversation",
+        "turn",
+        "send",
     } <= members
+
+
+def test_conversation_errors_join_the_one_hierarchy() -> None:
+    assert issubclass(supervisor.TurnInProgress, supervisor.SubagentError)
+    assert issubclass(supervisor.ConversationOver, supervisor.SubagentError)
+    assert supervisor.TurnInProgress.code == "TURN_IN_PROGRESS"
+    assert supervisor.ConversationOver.code == "CONVERSATION_OVER"
+    assert str(supervisor.TurnInProgress()) == "a turn is already running"
+    over = supervisor.ConversationOver("ACP", 2, supervisor.ConversationEnd.CHILD_EXITED, exit_code=3)
+    assert (
+        str(over)
+        == "subagent conversation is over (provider: ACP; turn: 2; reason: child exited; exit code: 3)"
+    )
+    assert (over.turn, over.reason, over.exit_code, over.signal) == (2, "child exited", 3, None)
 
 
 def test_kinds_are_found_through_the_entry_point_group() -> None:

@@ -1,6 +1,10 @@
 """A minimal line-protocol child for the seam tests (not a real agent protocol).
 
 On start it prints ``hello``; then it reads one task line and answers ``answer: <task>``.
+Each later line is the next turn of a conversation: ``answer: <line>``, unless the line
+is ``do:<spec>``: ``do:wait`` prints ``partial: waiting`` and waits for a ``cancel``
+line, then prints ``cancelled``; ``do:hang``, ``do:exit:N`` and ``do:signal:NAME`` print
+``partial: working on <line>`` and act as below.
 
 LINE_AGENT_START    ok (default) | hang | exit:N | signal:NAME  (what happens before hello)
 LINE_AGENT_ANSWER   echo (default) | hang | exit:N | signal:NAME (after printing ``partial: ...``)
@@ -50,10 +54,27 @@ def main() -> None:
     else:
         print(f"partial: working on {task}", flush=True)
         act(answer)
-    while sys.stdin.readline():
-        pass
+    while line := sys.stdin.readline():
+        later_turn(line.strip())
     if env.get("LINE_AGENT_IGNORE_EOF"):
         act("hang")
+
+
+def later_turn(task: str) -> None:
+    if task == "cancel":  # a cancel that arrived after its turn ended
+        return
+    if not task.startswith("do:"):
+        print(f"answer: {task}", flush=True)
+        return
+    spec = task.removeprefix("do:")
+    if spec == "wait":
+        print("partial: waiting", flush=True)
+        while (line := sys.stdin.readline()) and line.strip() != "cancel":
+            pass
+        print("cancelled", flush=True)
+        return
+    print(f"partial: working on {task}", flush=True)
+    act(spec)
 
 
 if __name__ == "__main__":

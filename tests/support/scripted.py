@@ -45,6 +45,7 @@ ScriptedLifecycle = build_lifecycle(
             running=("prompt", "process"),
             teardown="teardown",
             late=(ScriptedEvent.ANSWER_RECEIVED, ScriptedEvent.CHILD_EXITED, ScriptedEvent.EXIT_OBSERVED),
+            turn_stage="prompt",
         ),
     ),
     doc="The scripted test provider's lifecycle.",
@@ -96,7 +97,7 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
     async def drive(self) -> SubagentResult:
         assert self.process is not None
         assert self._reader is not None
-        self.process.stdin.write(self.request.task.encode() + b"\n")
+        self.process.stdin.write(self.task.encode() + b"\n")
         await self.process.stdin.drain()
         while True:
             line = await self._reader.read_line()
@@ -114,9 +115,20 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
             elif text.startswith("answer: "):
                 self.fact(ScriptedEvent.ANSWER_RECEIVED)
                 return SubagentResult(output=text.removeprefix("answer: "), stop_reason=StopReason.COMPLETED)
+            elif text == "cancelled":  # the end of a cancelled turn
+                self.fact(ScriptedEvent.ANSWER_RECEIVED)
+                return SubagentResult(output=self._partial, stop_reason=StopReason.ABORTED)
 
     def partial_output(self) -> str:
         return self._partial
+
+    def begin_turn(self) -> None:
+        self._partial = ""
+
+    async def remote_cancel(self) -> None:
+        assert self.process is not None
+        self.process.stdin.write(b"cancel\n")
+        await self.process.stdin.drain()
 
 
 class RunEvents:
@@ -142,7 +154,7 @@ class ScriptedProvider:
     ) -> None:
         self.name = name
         self.config = config or ScriptedConfig(dispose_eof_grace_ms=2000, dispose_grace_ms=1000)
-        self.capabilities = capabilities or Capabilities()
+        self.capabilities = capabilities or Capabilities(conversation=True)
         self.tree = tree
         self.events = RunEvents()
 
