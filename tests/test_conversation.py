@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from machines import IDLE, Transition
+from machines import IDLE
 from supervisor import (
     AbortSignal,
     Capabilities,
@@ -34,6 +34,7 @@ from supervisor import (
 )
 from tests.conftest import internals, tagged
 from tests.support.scripted import ScriptedProvider, scripted
+from tests.support.watch import Watch
 
 pytestmark = pytest.mark.anyio
 
@@ -46,32 +47,6 @@ def registry_of(provider: ScriptedProvider) -> Registry:
     registry = Registry()
     registry.register(provider)
     return registry
-
-
-class Watch:
-    """A trace sink that wakes a test when a given event has been recorded."""
-
-    def __init__(self) -> None:
-        self.seen: list[Transition] = []
-        self._waiting: list[tuple[str, int | None, anyio.Event]] = []
-
-    def __call__(self, entry: Transition) -> None:
-        self.seen.append(entry)
-        for name, turn, event in self._waiting:
-            if self._matches(entry, name, turn):
-                event.set()
-
-    @staticmethod
-    def _matches(entry: Transition, name: str, turn: int | None) -> bool:
-        return name in (entry.event, entry.target) and (turn is None or entry.turn == turn)
-
-    async def reached(self, name: str, turn: int | None = None) -> None:
-        """Return once a transition with this event or target (in ``turn``) has been recorded."""
-        if any(self._matches(e, name, turn) for e in self.seen):
-            return
-        event = anyio.Event()
-        self._waiting.append((name, turn, event))
-        await event.wait()
 
 
 def answer(text: str) -> SubagentResult:

@@ -13,11 +13,13 @@ from machines import TransitionSink
 from machines.acp import ACP_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SubagentRequest
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._run import AcpRun
 
 EXAMPLE_AGENT = Path(__file__).resolve().parent / "_example_agent.py"
+CAPABILITIES = Capabilities(conversation=True)
+"""No start-time option; a run can converse (``session/prompt`` again on its session)."""
 
 
 def example_agent_config(**keys: object) -> Config:
@@ -36,7 +38,7 @@ class Provider:
 
     @property
     def capabilities(self) -> Capabilities:
-        return NO_CAPABILITIES
+        return CAPABILITIES
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> AcpRun:
         return AcpRun(RunContext(self.name, self.config, request, trace))
@@ -53,6 +55,7 @@ KIND = ProviderKind(
     config=Config,
     provider=Provider,
     vocabulary=ACP_VOCABULARY,
+    capabilities=CAPABILITIES,
     example=example_agent_config,
     charts=MACHINES,
     ready=readiness,

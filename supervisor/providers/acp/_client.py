@@ -1,11 +1,11 @@
 """The parent's side of ACP: an unattended client and a raw-frame observer.
 
-The client advertises no capabilities, keeps only ``agent_message_chunk`` text, and
-answers permission requests by policy, recording the closed facts of the latest
-decision.  The observer keeps the raw results of ``session/new`` and
-``session/prompt``: the SDK rejects an out-of-vocabulary stop reason or a missing
-session id during validation, and the provider must classify those itself without
-ever copying the value.
+The client advertises no capabilities, keeps only ``agent_message_chunk`` text and the
+session's cumulative cost from ``usage_update`` (in US dollars only), and answers
+permission requests by policy, recording the closed facts of the latest decision.  The
+observer keeps the raw results of ``session/new`` and ``session/prompt``: the SDK
+rejects an out-of-vocabulary stop reason or a missing session id during validation,
+and the provider must classify those itself without ever copying the value.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from acp.schema import (
     RequestPermissionResponse,
     TextContentBlock,
     ToolCallUpdate,
+    UsageUpdate,
 )
 
 from machines.acp import ACP_VOCABULARY
@@ -51,9 +52,27 @@ class UnattendedClient:
         self._on_output = on_output
         self.session_id: str | None = None
         self.permission: PermissionFact | None = None
+        self.cost_usd: float | None = None
+        """The session's cumulative cost, from the latest ``usage_update`` in USD."""
+        self.cost_reported = False
+        """Whether a ``usage_update`` with a cost in USD arrived during this turn."""
+
+    def next_turn(self, output: CappedText) -> None:
+        """A new turn: fresh output, no decision yet (the cumulative cost carries on)."""
+        self.output = output
+        self.permission = None
+        self.cost_reported = False
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        if session_id != self.session_id or not isinstance(update, AgentMessageChunk):
+        if session_id != self.session_id:
+            return
+        if isinstance(update, UsageUpdate):
+            cost = update.cost
+            if cost is not None and cost.currency.upper() == "USD":
+                self.cost_usd = cost.amount
+                self.cost_reported = True
+            return
+        if not isinstance(update, AgentMessageChunk):
             return
         if isinstance(update.content, TextContentBlock) and update.content.text:
             self.output.add(update.content.text)
@@ -99,6 +118,9 @@ class FrameObserver:
         method = self._methods.pop(message.get("id"), None) if "method" not in message else None
         if method is not None and "result" in message:
             self.results[method] = message["result"]
+
+    def next_turn(self) -> None:
+        self.results.pop("session/prompt", None)
 
     def raw_stop_reason(self) -> object:
         result = self.results.get("session/prompt")

@@ -14,7 +14,9 @@ Methods:
 - ``session/new``: mints a session id and remembers the ``cwd`` (a non-absolute ``cwd`` is answered
   with JSON-RPC error -32602).
 - ``session/prompt``: streams a deterministic answer as ``agent_message_chunk`` text updates, then
-  answers ``{"stopReason": "end_turn"}``. ``say hello`` gets a greeting, anything else an echo.
+  answers ``{"stopReason": "end_turn"}``. ``say hello`` gets a greeting, anything else an echo. A
+  session remembers what it was asked, so a conversation (several prompts on one session) can
+  ask for it back with ``@recall``.
 - ``session/cancel``: the pending prompt stops streaming and answers ``cancelled``.
 - stdin EOF: the agent exits 0 at once.
 
@@ -32,10 +34,15 @@ Directives: a line of the task text that is exactly one of these is obeyed and l
   ``refusal``, ``max_turn_requests``, or an out-of-vocabulary value).
 - ``@fail``: after streaming, answer the prompt with a JSON-RPC error (-32603) instead of a result.
 - ``@exit CODE``: after streaming, exit with status CODE (0-255) without answering the prompt.
+- ``@recall``: answer with what was asked earlier in this session instead of an echo.
+- ``@usage``: report usage: the prompt response carries ``usage`` (input tokens: the task's words;
+  output tokens: the answer's words) and a ``usage_update`` notification before it carries the
+  session's cumulative cost in USD (0.0001 per token).
 
 The same behaviours can be preset through the environment (a directive in the task wins):
 ``SUBAGENT_EXAMPLE_PERMISSION=KIND``, ``SUBAGENT_EXAMPLE_SLOW_MS=MS``, ``SUBAGENT_EXAMPLE_STOP=REASON``,
-``SUBAGENT_EXAMPLE_FAIL=1``, ``SUBAGENT_EXAMPLE_EXIT=CODE``. Malformed values are ignored. Precedence
+``SUBAGENT_EXAMPLE_FAIL=1``, ``SUBAGENT_EXAMPLE_EXIT=CODE``, ``SUBAGENT_EXAMPLE_RECALL=1``,
+``SUBAGENT_EXAMPLE_USAGE=1``. Malformed values are ignored. Precedence
 at the end of a turn: cancel, then exit, then fail, then stop.
 """
 
@@ -63,7 +70,9 @@ OPTIONS: list[JsonObject] = [
 ]
 ALLOW_OPTIONS = frozenset({"allow-once", "allow-always"})
 GREETINGS = frozenset({"say hello", "say hi", "hello", "hi"})
-_DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit)(?:[ \t]+(\S+))?")
+_DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit|recall|usage)(?:[ \t]+(\S+))?")
+_FLAGS = ("fail", "recall", "usage")
+COST_PER_TOKEN = 0.0001
 _CHUNK = re.compile(r"\s*\S+\s*")
 
 
@@ -75,13 +84,15 @@ class Directives:
         self.slow_ms = 0
         self.stop = "end_turn"
         self.fail = False
+        self.recall = False
+        self.usage = False
         self.exit_code: int | None = None
 
     def apply(self, name: str, value: str | None) -> bool:
         """Apply one directive; False (and nothing changed) when its value is malformed."""
         number = int(value) if value is not None and value.isdigit() else None
-        if name == "fail" and value in (None, "0", "1"):
-            self.fail = value != "0"
+        if name in _FLAGS and value in (None, "0", "1"):
+            setattr(self, name, value != "0")
         elif name == "permission" and value:
             self.permission = value
         elif name == "stop" and value:
@@ -97,7 +108,7 @@ class Directives:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Directives:
         directives = cls()
-        for name in ("permission", "slow", "stop", "fail", "exit"):
+        for name in ("permission", "slow", "stop", "fail", "exit", "recall", "usage"):
             key = "SUBAGENT_EXAMPLE_" + ("SLOW_MS" if name == "slow" else name.upper())
             if value := env.get(key, "").strip():
                 directives.apply(name, value)
@@ -113,6 +124,17 @@ def parse_task(text: str, defaults: Directives) -> tuple[str, Directives]:
         if match is None or not directives.apply(match[1], match[2]):
             kept.append(line)
     return "\n".join(kept).strip(), directives
+
+
+def recall_answer(history: list[str]) -> str:
+    """The answer to ``@recall``: what this session was asked before."""
+    if not history:
+        return "Nothing was asked earlier in this session."
+    return "Earlier in this session you asked: " + "; ".join(history)
+
+
+def words(text: str) -> int:
+    return len(text.split())
 
 
 def compose_answer(task: str) -> str:
@@ -136,6 +158,8 @@ class ExampleAgent:
         self._out_lock = threading.Lock()
         self._cond = threading.Condition()
         self._sessions: dict[str, str] = {}
+        self._history: dict[str, list[str]] = {}
+        self._tokens: dict[str, int] = {}
         self._cancelled: set[str] = set()
         self._waiting: set[int] = set()
         self._responses: dict[int, JsonObject] = {}
@@ -238,6 +262,8 @@ class ExampleAgent:
         session_id = "example-" + os.urandom(8).hex()
         with self._cond:
             self._sessions[session_id] = cwd
+            self._history[session_id] = []
+            self._tokens[session_id] = 0
         self._result(rid, {"sessionId": session_id})
 
     def _prompt(self, rid: Any, params: JsonObject) -> None:
@@ -256,7 +282,12 @@ class ExampleAgent:
         ]
         task, directives = parse_task("\n".join(texts), self._defaults)
         delay = directives.slow_ms / 1000
-        finished = self._stream(session_id, compose_answer(task), delay)
+        with self._cond:
+            history = self._history.setdefault(session_id, [])
+            answer = recall_answer(list(history)) if directives.recall else compose_answer(task)
+            if task:
+                history.append(task)
+        finished = self._stream(session_id, answer, delay)
         if finished and directives.permission is not None:
             report, finished = self._use_tool(session_id, cwd, directives.permission)
             finished = self._stream(session_id, "\n\n" + report, delay) and finished
@@ -268,8 +299,21 @@ class ExampleAgent:
                 os._exit(directives.exit_code)
         elif directives.fail:
             self._error(rid, -32603, "Internal error", "the example agent was told to fail")
+        elif directives.usage:
+            self._result(rid, {"stopReason": directives.stop, "usage": self._usage(session_id, task, answer)})
         else:
             self._result(rid, {"stopReason": directives.stop})
+
+    def _usage(self, session_id: str, task: str, answer: str) -> JsonObject:
+        """This turn's token counts; the session's cumulative cost goes out as a ``usage_update``."""
+        used_in, used_out = words(task), words(answer)
+        with self._cond:
+            self._tokens[session_id] = total = self._tokens.get(session_id, 0) + used_in + used_out
+        cost = {"amount": round(total * COST_PER_TOKEN, 6), "currency": "USD"}
+        self._update(
+            session_id, {"sessionUpdate": "usage_update", "used": total, "size": 200000, "cost": cost}
+        )
+        return {"inputTokens": used_in, "outputTokens": used_out, "totalTokens": used_in + used_out}
 
     # turn helpers
 

@@ -1,8 +1,15 @@
-"""One ACP run over the supervisor's own process and streams (never ``spawn_agent_process``)."""
+"""One ACP run over the supervisor's own process and streams (never ``spawn_agent_process``).
+
+A conversation is ``session/prompt`` again on the same session, one at a time.  A turn's
+usage: token counts from the prompt response's ``usage`` (marked unstable in the
+schema; read as this turn's), cost from the ``usage_update`` notifications (the
+session's cumulative cost: a turn's cost is what it added).
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -13,7 +20,7 @@ from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
-from supervisor._seam import StopReason, SubagentResult
+from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
@@ -24,6 +31,7 @@ from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection
+    from acp.schema import Usage as AcpUsage
 
     from supervisor.providers.acp._client import FrameObserver, UnattendedClient
     from supervisor.providers.acp._transport import StdioTransport
@@ -32,6 +40,7 @@ CLIENT_NAME = "subagent-supervisor"
 # The SDK's modules that log through the root logger with module-level ``logging`` calls.
 ACP_SDK_MODULES = ("acp.connection", "acp._transport", "acp.task.sender", "acp.task.supervisor", "acp.stdio")
 CLOSE_TIMEOUT = 1.0
+COST_DIGITS = 10  # a turn's cost is a difference of two cumulative floats: drop the float noise
 
 # ACP stop reason -> (shared stop reason, failure line facts or None)
 _STOP_REASONS: dict[str, tuple[StopReason, str | None]] = {
@@ -54,6 +63,8 @@ class AcpRun(ProviderRun[Config]):
         self._observer: FrameObserver | None = None
         self._transport: StdioTransport | None = None
         self._session_id: str | None = None
+        self._cost_before: float = 0.0  # the session's cumulative cost when this turn began
+        self._usage: Usage | None = None
 
     # -- start --------------------------------------------------------------------------
 
@@ -141,7 +152,7 @@ class AcpRun(ProviderRun[Config]):
         acp = await _import_acp()
         try:
             response = await self._conn.prompt(
-                session_id=self._session_id, prompt=[acp.text_block(self.request.task)]
+                session_id=self._session_id, prompt=[acp.text_block(self.task)]
             )
         except ValidationError as exc:
             # Only an out-of-vocabulary stop reason maps to the "unknown" row; any
@@ -152,7 +163,23 @@ class AcpRun(ProviderRun[Config]):
         except Exception as exc:
             raw_failure("run %s: prompt failed", self.id, exc=exc)
             return await self._prompt_failure()
+        self._usage = self._turn_usage(response.usage)
         return self._stop_result(str(response.stop_reason))
+
+    def _turn_usage(self, tokens: AcpUsage | None) -> Usage | None:
+        """This turn's usage: the response's token counts, the cost the turn added."""
+        fields: dict[str, object] = {}
+        if tokens is not None:
+            cached_read = tokens.cached_read_tokens or 0
+            # ACP counts cache reads and writes apart from ``inputTokens`` (its
+            # ``totalTokens`` sums every kind): the seam's input count includes them.
+            fields["input_tokens"] = tokens.input_tokens + cached_read + (tokens.cached_write_tokens or 0)
+            fields["output_tokens"] = tokens.output_tokens
+            fields["cached_input_tokens"] = tokens.cached_read_tokens
+        client = self._client
+        if client is not None and client.cost_reported and client.cost_usd is not None:
+            fields["cost_usd"] = round(client.cost_usd - self._cost_before, COST_DIGITS)
+        return Usage.from_reported(fields)
 
     def _raw_stop_reason(self) -> str | None:
         assert self._observer is not None
@@ -167,14 +194,20 @@ class AcpRun(ProviderRun[Config]):
             return self._error(self._line(self.failure("protocol", stage="prompt"), permission))
         self.fact(AcpEvent.STOP_REASON_RECEIVED)
         mapped, category = _STOP_REASONS.get(stop_reason, (StopReason.ERROR, "unknown"))
+        usage = self._usage
         if mapped is StopReason.COMPLETED:
-            return SubagentResult(output=self.partial_output(), stop_reason=mapped)
+            return SubagentResult(output=self.partial_output(), stop_reason=mapped, usage=usage)
         if category is None:
-            return SubagentResult(output=self.partial_output(), stop_reason=mapped, diagnostic=permission)
+            return SubagentResult(
+                output=self.partial_output(), stop_reason=mapped, diagnostic=permission, usage=usage
+            )
         reason = "max_turn_requests" if category == "remote-limit" else "unknown"
         facts = self.failure(category, stage="prompt", stop_reason=reason)
         return SubagentResult(
-            output=self.partial_output(), stop_reason=mapped, diagnostic=self._line(facts, permission)
+            output=self.partial_output(),
+            stop_reason=mapped,
+            diagnostic=self._line(facts, permission),
+            usage=usage,
         )
 
     async def _prompt_failure(self) -> SubagentResult:
@@ -208,6 +241,33 @@ class AcpRun(ProviderRun[Config]):
 
     def partial_output(self) -> str:
         return "" if self._client is None else self._client.output.text
+
+    # -- conversations ------------------------------------------------------------------
+
+    def begin_turn(self) -> None:
+        assert self._client is not None
+        assert self._observer is not None
+        self._client.next_turn(CappedText(self.config.max_output_bytes))
+        self._observer.next_turn()
+        self._cost_before = self._client.cost_usd or 0.0
+        self._usage = None
+
+    def session_usable(self) -> bool:
+        transport = self._transport
+        return super().session_usable() and transport is not None and not transport.ended.is_set()
+
+    async def session_lost(self) -> None:
+        assert self.process is not None
+        assert self._transport is not None
+        process, transport = self.process, self._transport
+        async with anyio.create_task_group() as first:
+
+            async def until(event: Callable[[], Awaitable[object]]) -> None:
+                await event()
+                first.cancel_scope.cancel()
+
+            first.start_soon(until, process.wait_exit)
+            first.start_soon(until, transport.ended.wait)
 
     # -- cancel and teardown ------------------------------------------------------------
 

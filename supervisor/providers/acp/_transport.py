@@ -64,6 +64,8 @@ class StdioTransport:
         self._inbound = InboundRequests(max_inflight)
         self._write_lock = anyio.Lock()
         self._ended = False
+        self.ended = anyio.Event()
+        """Set once the stream has ended (EOF, a fault, or closed): no more messages."""
         self.fault: WireFault | None = None
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -110,8 +112,10 @@ class StdioTransport:
 
     def _end(self, fault: WireFault | None) -> None:
         self._ended = True
+        self.ended.set()
         if self.fault is None:
             self.fault = fault
 
     async def close(self) -> None:
         self._ended = True
+        self.ended.set()
