@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from machines import SETTLED
 from machines.codex import STAGES, CodexLifecycle
 from supervisor import ConfigurationError, SubagentRequest, installed_kinds
-from supervisor._seam import NO_CAPABILITIES
+from supervisor._seam import Capabilities
 from supervisor.providers.codex import (
     WHEEL,
     Config,
@@ -130,7 +130,7 @@ def test_a_wheel_without_its_binary_is_a_configuration_error(monkeypatch: pytest
 async def test_the_provider_shape(wheel: Path) -> None:
     provider = Provider(Config())
     assert provider.name == "codex"
-    assert provider.capabilities == NO_CAPABILITIES
+    assert provider.capabilities == Capabilities(conversation=True)
     assert provider.inherits_parent_context is False
     assert provider.binary == wheel
     assert Provider(Config(name="reviewer")).name == "reviewer"

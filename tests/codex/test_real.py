@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor import Registry, StartFailed, StopReason, SubagentResult, foreground_text, job_outcome
+from supervisor import Registry, StartFailed, StopReason, SubagentResult, Usage, foreground_text, job_outcome
 from supervisor.providers.codex import PermissionMode
 from tests.conftest import internals
 from tests.mockmodel import (
@@ -47,6 +47,7 @@ from tests.support.peers import PeerLaunch, codex_app_server_launch
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
 LINE = "Subagent failure (provider: Codex; stage: {stage}; category: {category})"
+USAGE = Usage(input_tokens=12, output_tokens=7, cached_input_tokens=0)  # the mock's default report
 
 
 def line(stage: str = "turn", category: str = "unknown", **extra: object) -> str:
@@ -63,7 +64,11 @@ async def test_success_returns_the_answer_and_reaches_quiescence(
     mock.script(Text("MOCK_OK: hello from the mock"))
     result, run = await run_once(provider(launch, transcript), launch.cwd, task="say hello, codex")
 
-    assert result == SubagentResult(output="MOCK_OK: hello from the mock", stop_reason=StopReason.COMPLETED)
+    assert result == SubagentResult(
+        output="MOCK_OK: hello from the mock",
+        stop_reason=StopReason.COMPLETED,
+        usage=Usage(input_tokens=12, output_tokens=7, cached_input_tokens=0),  # the mock's default usage
+    )
     assert run.stages_entered == ("initialize", "thread-start", "turn-start", "turn", "teardown")
     assert run.quiescent is True
     assert run.exit_facts is not None
@@ -85,7 +90,7 @@ async def test_a_blank_answer_is_an_invalid_result(
     mock.script(Text(text, chunks=(text,) if text else ()))
     result, _ = await run_once(provider(launch, transcript), launch.cwd)
     assert result == SubagentResult(
-        output="", stop_reason=StopReason.ERROR, diagnostic=line(category="invalid-result")
+        output="", stop_reason=StopReason.ERROR, diagnostic=line(category="invalid-result"), usage=USAGE
     )
 
 
@@ -367,7 +372,9 @@ async def test_two_concurrent_runs_are_isolated(
         tg.start_soon(one, "task alpha")
         tg.start_soon(one, "task beta")
 
-    assert results["task alpha"] == SubagentResult(output="answer for alpha", stop_reason="completed")
+    assert results["task alpha"] == SubagentResult(
+        output="answer for alpha", stop_reason="completed", usage=USAGE
+    )
     assert results["task beta"] == SubagentResult(
         output="", stop_reason="error", diagnostic=line(category="service")
     )

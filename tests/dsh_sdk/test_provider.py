@@ -45,7 +45,7 @@ from supervisor import (
     installed_kinds,
     job_outcome,
 )
-from supervisor._seam import NO_CAPABILITIES
+from supervisor._seam import Capabilities
 from supervisor.process import Containment
 from supervisor.providers.dsh_sdk import Config, DshSdkRun, Provider
 from supervisor.providers.dsh_sdk._client import (
@@ -226,7 +226,7 @@ def test_provider_shape_and_kind_registration() -> None:
     assert provider.name == "dsh-sdk"
     assert Provider(Config(command="x", name="from-config")).name == "from-config"
     assert Provider(Config(command="x", name="from-config"), name="explicit").name == "explicit"
-    assert provider.capabilities == NO_CAPABILITIES
+    assert provider.capabilities == Capabilities(conversation=True)
     assert provider.inherits_parent_context is False
 
 

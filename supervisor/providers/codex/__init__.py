@@ -36,7 +36,7 @@ from machines.codex import CODEX_VOCABULARY, MACHINES
 from supervisor._errors import ConfigurationError
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SubagentRequest
 from supervisor.process import Containment
 from supervisor.providers.codex._command import app_server_argv
 from supervisor.providers.codex._config import Config, PermissionMode
@@ -77,6 +77,10 @@ def resolve_binary(config: Config) -> Path:
     return path
 
 
+CAPABILITIES = Capabilities(conversation=True)
+"""No start-time option; a run can converse (``turn/start`` again on its thread)."""
+
+
 class Provider:
     """Runs ``codex app-server`` per run.
 
@@ -96,7 +100,7 @@ class Provider:
     ) -> None:
         self.config = config
         self.name = name or config.name or "codex"
-        self.capabilities: Capabilities = NO_CAPABILITIES
+        self.capabilities: Capabilities = CAPABILITIES
         self.binary = resolve_binary(config)
         self._tap = tap
         self._tree = tree
@@ -126,6 +130,11 @@ def readiness() -> Readiness:
 
 
 KIND = ProviderKind(
-    config=Config, provider=Provider, vocabulary=CODEX_VOCABULARY, charts=MACHINES, ready=readiness
+    config=Config,
+    provider=Provider,
+    vocabulary=CODEX_VOCABULARY,
+    capabilities=CAPABILITIES,
+    charts=MACHINES,
+    ready=readiness,
 )
 """Registered under the ``subagent_supervisor.providers`` entry point."""

@@ -31,6 +31,7 @@ __all__ = [
     "TextInput",
     "ThreadStartParams",
     "ThreadStartResult",
+    "ThreadTokenUsage",
     "TurnCompleted",
     "TurnError",
     "TurnInterruptParams",
@@ -222,6 +223,17 @@ class StatusItem(_In):
     type: Literal["commandExecution", "fileChange"]
     id: str
     status: str
+
+
+class ThreadTokenUsage(_In):
+    """``thread/tokenUsage/updated``'s ``tokenUsage.total``: the thread's cumulative counts.
+
+    ``inputTokens`` includes the cached ones; ``outputTokens`` includes reasoning.
+    """
+
+    input_tokens: int = Field(default=0, alias="inputTokens", strict=True)
+    cached_input_tokens: int = Field(default=0, alias="cachedInputTokens", strict=True)
+    output_tokens: int = Field(default=0, alias="outputTokens", strict=True)
 
 
 class AgentMessageDelta(_In):

@@ -1,4 +1,10 @@
-"""One Codex run: spawn ``codex app-server``, hand-shake, run one turn, settle.
+"""One Codex run: spawn ``codex app-server``, hand-shake, run a turn, settle.
+
+A conversation is ``turn/start`` again on the same thread, one turn at a time: every
+turn's state (its id, answers, decision, outcome) lives in a :class:`_TurnState` of
+its own, so a notification of an earlier turn can never reach a later one.  A turn's
+usage is what the thread's cumulative token counts (``thread/tokenUsage/updated``)
+grew by during it; the app-server reports no cost.
 
 Stages and events are :mod:`machines.codex`.  What reaches a result is built from
 closed facts only: the stage (read from the machine), a category from a fixed table,
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,7 +47,7 @@ from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
-from supervisor._seam import StopReason, SubagentResult
+from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor.process import LineReader, ManagedProcess
 from supervisor.providers.codex._answers import Answers
 from supervisor.providers.codex._classify import classify
@@ -59,6 +66,7 @@ from supervisor.providers.codex._protocol import (
     TextInput,
     ThreadStartParams,
     ThreadStartResult,
+    ThreadTokenUsage,
     TurnCompleted,
     TurnError,
     TurnInterruptParams,
@@ -71,6 +79,7 @@ from supervisor.providers.codex._wire import (
     CloseReason,
     Direction,
     Notification,
+    RpcError,
     RunTap,
     ServerRequest,
     WireClosed,
@@ -85,8 +94,42 @@ _TURN_METHODS: Final = frozenset(
 )
 """The notifications a run reads; every other one is ignored."""
 
+TOKEN_USAGE: Final = "thread/tokenUsage/updated"
+
 CLIENT_NAME: Final = "subagent_supervisor"
 CLIENT_TITLE: Final = "subagent-supervisor"
+
+
+@dataclass
+class _TurnState:
+    """One turn of the thread, from ``turn/start`` to ``turn/completed``."""
+
+    answers: Answers
+    id: str | None = None
+    start_sent: bool = False
+    known: anyio.Event = field(default_factory=anyio.Event)  # turn/start answered or failed
+    start_error: WireError | None = None
+    early: list[Notification] = field(default_factory=list)
+    outcome: SubagentResult | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    decision: str | None = None
+    final_error: TurnError | None = None
+    completed: bool = False  # turn/completed for this turn was received
+    tokens: ThreadTokenUsage | None = None  # the thread's counts when the turn began
+
+
+def _tokens_used(before: ThreadTokenUsage | None, after: ThreadTokenUsage | None) -> Usage | None:
+    """What the thread's cumulative counts grew by during one turn."""
+    if after is None or after == before:
+        return None
+    base = before or ThreadTokenUsage()
+    return Usage.from_reported(
+        {
+            "input_tokens": after.input_tokens - base.input_tokens,
+            "output_tokens": after.output_tokens - base.output_tokens,
+            "cached_input_tokens": after.cached_input_tokens - base.cached_input_tokens,
+        }
+    )
 
 
 class CodexRun(ProviderRun[Config]):
@@ -107,16 +150,8 @@ class CodexRun(ProviderRun[Config]):
         self._tap = tap
         self._wire: AppServerWire | None = None
         self._thread_id: str | None = None
-        self._turn_id: str | None = None
-        self._turn_start_sent = False
-        self._turn_known = anyio.Event()
-        self._turn_start_error: WireError | None = None
-        self._early: list[Notification] = []
-        self._outcome: SubagentResult | None = None
-        self._done = anyio.Event()
-        self._answers = Answers(self.config.max_output_bytes)
-        self._decision: str | None = None
-        self._final_error: TurnError | None = None
+        self._tokens: ThreadTokenUsage | None = None  # the thread's latest cumulative counts
+        self._this_turn = _TurnState(Answers(self.config.max_output_bytes))
 
     # -- start ------------------------------------------------------------------------
 
@@ -177,96 +212,126 @@ class CodexRun(ProviderRun[Config]):
         wire = self._wire
         assert wire is not None
         assert self._thread_id is not None
-        self.task_group.start_soon(self._start_turn, wire, self._thread_id)
-        await self._done.wait()
-        if self._outcome is not None:
-            return self._outcome
-        error = self._turn_start_error or wire.closed_error()
+        turn = self._this_turn
+        self.task_group.start_soon(self._start_turn, wire, self._thread_id, turn)
+        await turn.done.wait()
+        if turn.outcome is not None:
+            return turn.outcome
+        if turn.completed:  # a cancelled turn the app-server has ended (its result is settled)
+            return SubagentResult(output=self.partial_output(), stop_reason=StopReason.ABORTED)
+        error = turn.start_error or wire.closed_error()
         return self._failed(await self._wire_failure(error))
 
-    async def _start_turn(self, wire: AppServerWire, thread_id: str) -> None:
+    async def _start_turn(self, wire: AppServerWire, thread_id: str, turn: _TurnState) -> None:
         """``turn/start`` outside the drive scope, so a local cancel can still learn the turn."""
-        params = TurnStartParams(threadId=thread_id, input=[TextInput(text=self.request.task)])
-        self._turn_start_sent = True
+        params = TurnStartParams(threadId=thread_id, input=[TextInput(text=self.task)])
+        turn.start_sent = True
         try:
-            await wire.request("turn/start", params.wire(), TurnStartResult, on_result=self._turn_named)
+            await wire.request(
+                "turn/start",
+                params.wire(),
+                TurnStartResult,
+                on_result=lambda started: self._turn_named(turn, started),
+            )
         except WireError as exc:
-            self._turn_start_error = exc
-            self._done.set()
+            turn.start_error = exc
+            turn.done.set()
         finally:
-            self._turn_known.set()
+            turn.known.set()
 
-    def _turn_named(self, started: TurnStartResult) -> None:
+    def _turn_named(self, turn: _TurnState, started: TurnStartResult) -> None:
         """In the reader, in frame order: the turn is known; replay what came before."""
-        self._turn_id = started.turn.id
-        if self._outcome is None:
+        turn.id = started.turn.id
+        if turn.outcome is None:
             self.fact(CodexEvent.TURN_STARTED)
-        early, self._early = self._early, []
+        early, turn.early = turn.early, []
         for event in early:
-            self._consume(event)
+            self._consume(turn, event)
 
     def _on_notification(self, event: Notification) -> None:
         """Called by the reader for every notification, in order, as it arrives."""
-        if self._outcome is not None or self.cancelled_locally:
+        if event.method == TOKEN_USAGE:
+            self._on_token_usage(event)
             return
-        if self._turn_id is None:
+        turn = self._this_turn
+        if turn.outcome is not None:
+            return
+        if turn.id is None:
             if event.method in _TURN_METHODS:
-                self._early.append(event)  # replayed once turn/start names the turn
+                turn.early.append(event)  # replayed once turn/start names the turn
             return
-        self._consume(event)
+        self._consume(turn, event)
 
-    def _on_wire_closed(self, reason: CloseReason) -> None:
-        self._done.set()
-
-    def _consume(self, event: Notification) -> None:
-        if self._outcome is not None:
+    def _on_token_usage(self, event: Notification) -> None:
+        """The thread's cumulative token counts (any turn's: the difference is a turn's use)."""
+        if event.params.get("threadId") != self._thread_id:
             return
         try:
-            result = self._notification(event)
+            self._tokens = ThreadTokenUsage.model_validate(event.params.get("tokenUsage", {}).get("total"))
+        except (ValidationError, AttributeError) as exc:
+            raw_failure("run %s: malformed token usage", self.id, exc=exc)
+
+    def _on_wire_closed(self, reason: CloseReason) -> None:
+        self._this_turn.done.set()
+
+    def _consume(self, turn: _TurnState, event: Notification) -> None:
+        if turn.outcome is not None:
+            return
+        try:
+            result = self._notification(turn, event)
         except ValidationError as exc:
             log.warning("run %s: malformed notification", self.id)
             raw_failure("run %s: malformed %.80r notification", self.id, event.method, exc=exc)
             result = self._failed(self.failure("unknown"))
         if result is not None:
-            self._finish(result)
+            self._finish(turn, result)
 
-    def _finish(self, result: SubagentResult) -> None:
-        if self._outcome is None:
-            self._outcome = result
-            self._done.set()
+    def _finish(self, turn: _TurnState, result: SubagentResult) -> None:
+        if turn.outcome is None:
+            turn.outcome = result
+            turn.done.set()
 
-    def _notification(self, event: Notification) -> SubagentResult | None:
+    def _notification(self, turn: _TurnState, event: Notification) -> SubagentResult | None:
         method, params = event.method, event.params
         if params.get("threadId") != self._thread_id:
             return None  # another thread's (e.g. the automatic reviewer's), or none
         if method == "turn/completed":
             completed = TurnCompleted.model_validate(params)
-            return self._terminal(completed) if completed.turn.id == self._turn_id else None
+            if completed.turn.id != turn.id:
+                return None
+            turn.completed = True
+            if self.cancelled_locally:  # the end of a cancelled turn: settled already
+                self.fact(CodexEvent.TURN_COMPLETED)
+                turn.done.set()
+                return None
+            return self._terminal(completed)
         if method not in _TURN_METHODS:
             return None
-        if params.get("turnId") != self._turn_id:
+        if params.get("turnId") != turn.id:
             return None
         if method == "item/agentMessage/delta":
             delta = AgentMessageDelta.model_validate(params)
-            self._answers.delta(delta.item_id, delta.delta)
+            turn.answers.delta(delta.item_id, delta.delta)
+            if turn.answers.partial():
+                self.note_output()
         elif method == "error":
             error = ErrorNotification.model_validate(params)
             log.info("run %s: codex error (retry: %s)", self.id, error.will_retry)
             raw_failure("run %s: codex error: %s", self.id, error.error.message)
             if not error.will_retry:
-                self._final_error = error.error
+                turn.final_error = error.error
         else:
-            self._on_item(method, ItemNotification.model_validate(params).item)
+            self._on_item(turn, method, ItemNotification.model_validate(params).item)
         return None
 
-    def _on_item(self, method: str, item: Mapping[str, Any]) -> None:
+    def _on_item(self, turn: _TurnState, method: str, item: Mapping[str, Any]) -> None:
         kind = item.get("type")
         if kind == "agentMessage":
             message = AgentMessageItem.model_validate(item)
             if method == "item/started":
-                self._answers.started(message)
+                turn.answers.started(message)
             else:
-                self._answers.completed(message)
+                turn.answers.completed(message)
         elif kind in ("commandExecution", "fileChange") and method == "item/completed":
             status = StatusItem.model_validate(item)
             if status.status == "declined":
@@ -275,13 +340,14 @@ class CodexRun(ProviderRun[Config]):
     def _terminal(self, completed: TurnCompleted) -> SubagentResult:
         self.fact(CodexEvent.TURN_COMPLETED)
         turn = completed.turn
+        usage = _tokens_used(self._this_turn.tokens, self._tokens)
         if turn.status == "completed":
-            answer = self._answers.answer()
+            answer = self._this_turn.answers.answer()
             if answer is not None and answer.strip():
-                return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
-            return self._failed(self.failure("invalid-result"))
+                return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED, usage=usage)
+            return self._failed(self.failure("invalid-result"), usage=usage)
         if turn.status == "failed":
-            error = turn.error or self._final_error
+            error = turn.error or self._this_turn.final_error
             if error is not None:
                 log.warning("run %s: codex turn failed", self.id)
                 raw_failure("run %s: codex turn failed: %s", self.id, error.message)
@@ -290,28 +356,48 @@ class CodexRun(ProviderRun[Config]):
                 self._decide("sandbox execution", "failed")
             facts = self.failure(verdict.category.value, http_status=verdict.http_status)
             stop = StopReason.MAX_TOKENS if verdict.context_window_exceeded else StopReason.ERROR
-            return self._failed(facts, stop_reason=stop)
+            return self._failed(facts, stop_reason=stop, usage=usage)
         # interrupted without a local cancel (a local cancel never gets here), or a
         # status that is not terminal at all.
         log.warning("run %s: codex turn ended with a status that is not a success", self.id)
         raw_failure("run %s: codex turn ended with status %r", self.id, turn.status[:40])
-        return self._failed(self.failure("unknown"))
+        return self._failed(self.failure("unknown"), usage=usage)
 
-    def _failed(self, facts: FailureFacts, *, stop_reason: StopReason = StopReason.ERROR) -> SubagentResult:
+    def _failed(
+        self, facts: FailureFacts, *, stop_reason: StopReason = StopReason.ERROR, usage: Usage | None = None
+    ) -> SubagentResult:
         return SubagentResult(
             output=self.partial_output(),
             stop_reason=stop_reason,
-            diagnostic=join_lines(facts.line(), self._decision),
+            diagnostic=join_lines(facts.line(), self._this_turn.decision),
+            usage=usage,
         )
 
     def partial_output(self) -> str:
-        return self._answers.partial()
+        return self._this_turn.answers.partial()
+
+    # -- conversations ------------------------------------------------------------------
+
+    def begin_turn(self) -> None:
+        self._this_turn = _TurnState(Answers(self.config.max_output_bytes), tokens=self._tokens)
+
+    def session_usable(self) -> bool:
+        """The app-server lives, the wire is open, and the thread is idle: the turn was
+        completed there, or ``turn/start`` was refused (no turn began)."""
+        wire, turn = self._wire, self._this_turn
+        if not super().session_usable() or wire is None or wire.close_reason is not None:
+            return False
+        return turn.completed or isinstance(turn.start_error, RpcError)
+
+    async def session_lost(self) -> None:
+        assert self._wire is not None
+        await self._wire.wait_closed()  # closed on EOF, a broken pipe or the app-server's exit
 
     # -- the app-server's requests ----------------------------------------------------
 
     def _decide(self, request: str, decision: str) -> None:
-        """Record an unattended decision; only the latest is kept."""
-        self._decision = self.vocabulary.permission_line(
+        """Record an unattended decision (the turn's latest is kept)."""
+        self._this_turn.decision = self.vocabulary.permission_line(
             mode=self._mode.value, request=request, decision=decision
         )
 
@@ -323,7 +409,7 @@ class CodexRun(ProviderRun[Config]):
         answer = answer_request(request.method, request.params)
         if answer is None:
             log.warning("run %s: unsupported app-server request; the run fails", self.id)
-            self._finish(self._failed(self.failure("unknown")))
+            self._finish(self._this_turn, self._failed(self.failure("unknown")))
             return None
         self._decide(answer.request, answer.decision)
         return answer.response
@@ -332,13 +418,13 @@ class CodexRun(ProviderRun[Config]):
 
     async def remote_cancel(self) -> None:
         """``turn/interrupt`` for the owned turn, best effort (the base bounds the wait)."""
-        wire = self._wire
-        if wire is None or self._thread_id is None or not self._turn_start_sent:
+        wire, turn = self._wire, self._this_turn
+        if wire is None or self._thread_id is None or not turn.start_sent:
             return
-        await self._turn_known.wait()
-        if self._turn_id is None or self.machine.has_seen(CodexEvent.TURN_COMPLETED):
+        await turn.known.wait()
+        if turn.id is None or turn.completed:
             return
-        params = TurnInterruptParams(threadId=self._thread_id, turnId=self._turn_id)
+        params = TurnInterruptParams(threadId=self._thread_id, turnId=turn.id)
         await wire.request("turn/interrupt", params.wire(), TurnInterruptResult)
 
     async def after_ladder(self) -> None:
