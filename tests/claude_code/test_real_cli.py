@@ -34,6 +34,11 @@ DENIED_LINE = "Claude Code unattended decision (mode: {mode}; request: tool perm
 TOOL_DEADLINE = 60.0
 
 
+def bare(result: SubagentResult) -> SubagentResult:
+    """The result without its usage (the tests of usage are in test_conversation.py)."""
+    return result.model_copy(update={"usage": None})
+
+
 def request(home: ClaudeHome, task: str = "Do the task.") -> SubagentRequest:
     return SubagentRequest(task=task, parent_cwd=home.work)
 
@@ -112,7 +117,9 @@ async def test_success_runs_a_tool_and_returns_the_final_answer(
     async with started(provider, claude_home) as run:
         assert run.stage == "query-run"
         result = await run.result()
-    assert result == SubagentResult(output="All done.", stop_reason=StopReason.COMPLETED)
+    assert bare(result) == SubagentResult(output="All done.", stop_reason=StopReason.COMPLETED)
+    assert result.usage is not None  # two model calls, one turn: the result message's totals
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (24, 14)
     assert run.quiescent is True
     assert run.exit_facts == supervisor.ExitFacts(exit_code=0, signal=None)
     requests = mock_model.model_requests
@@ -131,7 +138,7 @@ async def test_max_turns_is_a_limit_and_pins_the_consumer_texts(
 ) -> None:
     mock_model.default = Shell("echo again", text="Let me look.")
     result = await run_once(claude_provider(claude_home, mock_model, max_turns=1), claude_home)
-    assert result == SubagentResult(
+    assert bare(result) == SubagentResult(
         output="Let me look.", stop_reason=StopReason.ERROR, diagnostic=LIMIT_LINE
     )
     assert supervisor.foreground_text(result) == (
@@ -182,7 +189,7 @@ async def test_a_denied_write_leaves_no_diagnostic_on_success(
     target = claude_home.work / "denied.txt"
     mock_model.script(WriteFile(str(target), "nope"), Text("I could not write it."))
     result = await run_once(claude_provider(claude_home, mock_model), claude_home)
-    assert result == SubagentResult(output="I could not write it.", stop_reason=StopReason.COMPLETED)
+    assert bare(result) == SubagentResult(output="I could not write it.", stop_reason=StopReason.COMPLETED)
     assert not target.exists()
 
 
@@ -192,7 +199,7 @@ async def test_http_errors_are_invalid_results(
 ) -> None:
     mock_model.default = HttpError(status)
     result = await run_once(claude_provider(claude_home, mock_model), claude_home)
-    assert result == SubagentResult(output="", stop_reason=StopReason.ERROR, diagnostic=INVALID_LINE)
+    assert bare(result) == SubagentResult(output="", stop_reason=StopReason.ERROR, diagnostic=INVALID_LINE)
 
 
 async def test_a_blank_final_answer_is_an_invalid_result(
@@ -200,7 +207,7 @@ async def test_a_blank_final_answer_is_an_invalid_result(
 ) -> None:
     mock_model.default = Text("")
     result = await run_once(claude_provider(claude_home, mock_model), claude_home)
-    assert result == SubagentResult(output="", stop_reason=StopReason.ERROR, diagnostic=INVALID_LINE)
+    assert bare(result) == SubagentResult(output="", stop_reason=StopReason.ERROR, diagnostic=INVALID_LINE)
 
 
 # -- the process ---------------------------------------------------------------------------
@@ -219,7 +226,7 @@ async def test_the_cli_killed_mid_tool_is_a_process_failure_and_leaves_no_orphan
         assert child is not None
         os.kill(child.pid, signal.SIGKILL)
         result = await run.result()
-        assert result == SubagentResult(
+        assert bare(result) == SubagentResult(
             output="Running it.",
             stop_reason=StopReason.ERROR,
             diagnostic="Subagent failure (provider: Claude Code; stage: process; category: process; "
@@ -244,7 +251,7 @@ async def test_cancellation_mid_tool_aborts_at_once_and_quiesces_the_tree(
         # Settled by the abort itself: nothing waits on the SDK or the CLI.
         assert run.state == "settled"
         result = await run.result()
-        assert result == SubagentResult(output="Running it.", stop_reason=StopReason.ABORTED)
+        assert bare(result) == SubagentResult(output="Running it.", stop_reason=StopReason.ABORTED)
     assert run.quiescent is True
     assert gone(tool_pid)
     assert [e.event for e in run.audit.entries if e.event == "cancelled"] == ["cancelled"]
@@ -270,7 +277,7 @@ async def test_two_concurrent_runs_are_isolated(claude_home: ClaudeHome, mock_mo
         async with anyio.create_task_group() as group:
             group.start_soon(one, "a", "task for A")
             group.start_soon(one, "b", "task for B")
-    assert results == {
+    assert {name: bare(result) for name, result in results.items()} == {
         "a": SubagentResult(output="answer from A", stop_reason=StopReason.COMPLETED),
         "b": SubagentResult(output="answer from B", stop_reason=StopReason.COMPLETED),
     }
@@ -297,7 +304,7 @@ async def test_bypass_mode_runs_a_writing_tool_without_asking(
     sandbox: dict[str, str | None] = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
     provider = claude_provider(claude_home, mock_model, permission_mode="bypassPermissions", env=sandbox)
     result = await run_once(provider, claude_home)
-    assert result == SubagentResult(output="Written.", stop_reason=StopReason.COMPLETED)
+    assert bare(result) == SubagentResult(output="Written.", stop_reason=StopReason.COMPLETED)
     assert target.exists()
 
 

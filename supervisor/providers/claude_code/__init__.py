@@ -25,7 +25,7 @@ from supervisor._errors import ConfigurationError
 from supervisor._handle import Run
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SubagentRequest
 from supervisor._version import distribution_version
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
@@ -41,6 +41,10 @@ NO_BUNDLED_CLI = (
     "the installed claude-agent-sdk bundles no Claude Code CLI for this platform: "
     "set cli_path to a Claude Code executable"
 )
+
+
+CAPABILITIES = Capabilities(conversation=True)
+"""No start-time option; a run can converse (the next user message to the same CLI)."""
 
 
 class Provider:
@@ -70,7 +74,7 @@ class Provider:
 
     @property
     def capabilities(self) -> Capabilities:
-        return NO_CAPABILITIES
+        return CAPABILITIES
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
         from supervisor.providers.claude_code._run import ClaudeCodeRun
@@ -89,7 +93,12 @@ def readiness() -> Readiness:
 
 
 KIND = ProviderKind(
-    config=Config, provider=Provider, vocabulary=CLAUDE_CODE_VOCABULARY, charts=MACHINES, ready=readiness
+    config=Config,
+    provider=Provider,
+    vocabulary=CLAUDE_CODE_VOCABULARY,
+    capabilities=CAPABILITIES,
+    charts=MACHINES,
+    ready=readiness,
 )
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 

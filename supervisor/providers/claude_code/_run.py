@@ -6,6 +6,12 @@ Run (stage ``query-run``): send the task, read SDK messages until the ``result``
 message, which alone decides the outcome.  The CLI's exit observed before a result
 moves the run to stage ``process``.  The SDK is disconnected (instantly: the
 transport's ``close()`` never waits) before the supervisor's ladder takes the tree down.
+
+A conversation is the next user message to the same CLI process (its streaming
+input), one turn at a time: a turn ends with its ``result`` message, a cancelled one
+too (``interrupt`` makes the CLI end the turn with one).  A turn's usage: the result
+message's token counts (the turn's own) and cost (``total_cost_usd`` is the session's
+running total: a turn's cost is what it added).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from supervisor import _sdk_logging
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
-from supervisor._seam import StopReason, SubagentResult
+from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
@@ -55,6 +61,12 @@ T = TypeVar("T")
 DENIAL_MESSAGE = "This unattended Claude Code subagent cannot request human approval."
 # Once the CLI has exited, how long its last frames may take to reach the SDK's reader.
 EXIT_DRAIN_SECONDS = 1.0
+COST_DIGITS = 10  # a turn's cost is a difference of two running totals: drop the float noise
+
+
+def _count(value: object) -> int | None:
+    """A token count as reported, or None when it is not a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class _Exited:
@@ -76,6 +88,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self._client: ClaudeSDKClient | None = None
         self._partial = CappedText(self.config.max_output_bytes, separator="\n\n")
         self._permission_line: str | None = None
+        self._result_received = False  # this turn's result message arrived
+        self._cost_total = 0.0  # the session's running cost before this turn
 
     # -- start ----------------------------------------------------------------------------
 
@@ -145,9 +159,10 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     async def _converse(self) -> ResultMessage | None:
         assert self._client is not None
-        await self._client.query(self.request.task)
+        await self._client.query(self.task)
         async for message in self._client.receive_response():
             if isinstance(message, ResultMessage):
+                self._result_received = True
                 return message
             self._observe(message)
         return None
@@ -176,12 +191,13 @@ class ClaudeCodeRun(ProviderRun[Config]):
             self._decided("tool permission", "denied")
         verdict = classify(facts)
         self.fact(verdict.event)
+        usage = self._usage(message)
         if verdict.category is None:
             assert facts is not None
             assert facts.result is not None
             self.note_output()
             answer = cap_text(facts.result, self.config.max_output_bytes)
-            return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED)
+            return SubagentResult(output=answer, stop_reason=StopReason.COMPLETED, usage=usage)
         raw_failure(
             "run %s: Claude Code result subtype=%r is_error=%r terminal_reason=%r errors=%r",
             self.id,
@@ -190,7 +206,25 @@ class ClaudeCodeRun(ProviderRun[Config]):
             message.terminal_reason,
             message.errors,
         )
-        return self._failed(self.failure(verdict.category))
+        return self._failed(self.failure(verdict.category), usage=usage)
+
+    def _usage(self, message: ResultMessage) -> Usage | None:
+        """The turn's usage from its result message (numbers only; anything else dropped)."""
+        tokens = message.usage if isinstance(message.usage, dict) else {}
+        given = _count(tokens.get("input_tokens"))
+        read = _count(tokens.get("cache_read_input_tokens"))
+        written = _count(tokens.get("cache_creation_input_tokens"))
+        fields: dict[str, object] = {
+            "output_tokens": tokens.get("output_tokens"),
+            "cached_input_tokens": read,
+        }
+        if given is not None:  # Anthropic counts cache reads and writes apart; the seam's count has them
+            fields["input_tokens"] = given + (read or 0) + (written or 0)
+        total = message.total_cost_usd
+        if isinstance(total, int | float) and not isinstance(total, bool) and total >= self._cost_total:
+            fields["cost_usd"] = round(total - self._cost_total, COST_DIGITS)
+            self._cost_total = float(total)
+        return Usage.from_reported(fields)
 
     async def _without_result(self, *, raised: bool) -> SubagentResult:
         """The stream ended (or failed) before a result message."""
@@ -210,15 +244,45 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self.fact(ClaudeCodeEvent.RESULT_MISSING)
         return self._failed(self.failure("invalid-result"))
 
-    def _failed(self, facts: FailureFacts) -> SubagentResult:
+    def _failed(self, facts: FailureFacts, *, usage: Usage | None = None) -> SubagentResult:
         return SubagentResult(
             output=self.partial_output(),
             stop_reason=StopReason.ERROR,
             diagnostic=join_lines(facts.line(), self._permission_line),
+            usage=usage,
         )
 
     def partial_output(self) -> str:
         return self._partial.text
+
+    # -- conversations ----------------------------------------------------------------------
+
+    def begin_turn(self) -> None:
+        self._partial = CappedText(self.config.max_output_bytes, separator="\n\n")
+        self._permission_line = None
+        self._result_received = False
+
+    def session_usable(self) -> bool:
+        """The CLI lives, its stream is intact, and it ended the turn with a result message."""
+        transport = self._transport
+        if not super().session_usable() or transport is None or not transport.is_ready():
+            return False
+        return (
+            self._result_received and transport.stream_failure is None and not transport.output_ended.is_set()
+        )
+
+    async def session_lost(self) -> None:
+        assert self._transport is not None
+        process, transport = self.process, self._transport
+        assert process is not None
+        async with anyio.create_task_group() as first:
+
+            async def until(event: Callable[[], Awaitable[object]]) -> None:
+                await event()
+                first.cancel_scope.cancel()
+
+            first.start_soon(until, process.wait_exit)
+            first.start_soon(until, transport.output_ended.wait)
 
     async def _unless_exited(
         self, step: Callable[[], Awaitable[T]], *, drain: float, or_output_end: bool = False
