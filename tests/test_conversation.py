@@ -143,7 +143,7 @@ async def test_a_blank_task_is_refused_and_loses_nothing(tmp_path: Path, task: A
 
 
 async def test_a_send_while_a_turn_runs_is_refused_and_the_turn_goes_on(tmp_path: Path) -> None:
-    provider = scripted()
+    provider = scripted(dispose_grace_ms=60_000)  # the wind-down's bound: never reached
     async with registry_of(provider).run("scripted", request(tmp_path), conversation=True) as run:
         await run.result()
         async with anyio.create_task_group() as tg:
@@ -186,7 +186,7 @@ async def test_two_sends_at_once_run_one_turn(tmp_path: Path) -> None:
 
 
 async def test_a_cancelled_turn_keeps_the_conversation_open(tmp_path: Path) -> None:
-    provider = scripted()
+    provider = scripted(dispose_grace_ms=60_000)  # the wind-down's bound: never reached
     watch = Watch()
     registry = registry_of(provider)
     async with registry.run("scripted", request(tmp_path), conversation=True, trace=watch) as run:
@@ -214,7 +214,7 @@ async def test_a_cancelled_turn_keeps_the_conversation_open(tmp_path: Path) -> N
 
 
 async def test_cancelling_the_task_awaiting_send_cancels_the_turn(tmp_path: Path) -> None:
-    provider = scripted()
+    provider = scripted(dispose_grace_ms=60_000)  # the wind-down's bound: never reached
     async with registry_of(provider).run("scripted", request(tmp_path), conversation=True) as run:
         await run.result()
         with anyio.CancelScope() as scope:

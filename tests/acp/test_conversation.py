@@ -102,7 +102,8 @@ async def test_a_turn_whose_child_exits_ends_the_conversation(tmp_path: Path) ->
 
 async def test_a_cancelled_turn_ends_at_the_agent_and_the_next_turn_runs(tmp_path: Path) -> None:
     watch = Watch()
-    async with registry_of().run("acp", request(tmp_path, "first"), conversation=True, trace=watch) as run:
+    registry = registry_of(example_agent_config(dispose_grace_ms=60_000))  # the wind-down's bound
+    async with registry.run("acp", request(tmp_path, "first"), conversation=True, trace=watch) as run:
         await run.result()
         async with anyio.create_task_group() as tg:
             tg.start_soon(run.send, "a long answer with many words in it\n@slow 60000")

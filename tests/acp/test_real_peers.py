@@ -56,14 +56,17 @@ def launch(
 
 
 def config(launch: peers.PeerLaunch, **keys: object) -> Config:
+    settings: dict[str, object] = {
+        "dispose_eof_grace_ms": 300,  # neither agent exits on EOF once a session exists
+        "dispose_grace_ms": 3000,
+        **keys,
+    }
     return Config(
         command=launch.argv[0],
         args=launch.argv[1:],
         env=dict(launch.env),
-        dispose_eof_grace_ms=300,  # neither agent exits on EOF once a session exists
-        dispose_grace_ms=3000,
         stderr=StderrMode.LOG,
-        **keys,  # type: ignore[arg-type]
+        **settings,  # type: ignore[arg-type]
     )
 
 
@@ -184,7 +187,7 @@ async def test_a_conversation_keeps_the_agent_session(
 async def test_a_cancelled_turn_then_the_next(launch: peers.PeerLaunch, server: MockModelServer) -> None:
     server.script(Text("first"), Hang("partial answer"), Text("third"))
     registry = Registry()
-    registry.register(Provider(config(launch)))
+    registry.register(Provider(config(launch, dispose_grace_ms=60_000)))  # the wind-down's bound
     watch = Watch()
     request = SubagentRequest(task="turn one", parent_cwd=launch.cwd)
     async with registry.run("acp", request, conversation=True, trace=watch) as run:

@@ -111,6 +111,13 @@ shutdown
                                JSON-RPC error carrying the secret; answer {} and keep
                                running until EOF.
 
+Per prompt (a conversation's later turns)
+  A line ``@<NAME> <value>`` (or ``@<NAME>`` for a flag) in a prompt's text sets
+  FAKE_DSH_<NAME> for that prompt only, e.g. ``@TEXT second answer``, ``@REASON error``,
+  ``@EXIT_MID_TURN 3``, ``@HANG_PROMPT partial``.
+  FAKE_DSH_GATE=<path>         before the turn's assistant message, read one line from
+                               <path> (a FIFO: the turn ends when the test writes it).
+
 Secrets
   FAKE_DSH_SECRET=<text>       placed in error messages and data, turn-end payloads,
                                malformed frames and stderr, so sanitisation tests can prove
@@ -129,8 +136,26 @@ from typing import Any
 SERVER_NAME = "deepseek-harness-sdk-runtime"
 
 
+OVERRIDES: dict[str, str] = {}  # the current prompt's own settings
+
+
 def env(name: str, default: str = "") -> str:
+    if name in OVERRIDES:
+        return OVERRIDES[name]
     return os.environ.get("FAKE_DSH_" + name, default)
+
+
+def prompt_overrides(params: dict[str, Any]) -> dict[str, str]:
+    """``@NAME value`` lines of a prompt's text blocks."""
+    found: dict[str, str] = {}
+    blocks = params.get("contentBlocks")
+    for block in blocks if isinstance(blocks, list) else []:
+        text = block.get("text") if isinstance(block, dict) else None
+        for line in text.splitlines() if isinstance(text, str) else []:
+            name, _, value = line.strip().partition(" ")
+            if name.startswith("@") and name[1:].isupper():
+                found[name[1:]] = value or "1"
+    return found
 
 
 def flag(name: str) -> bool:
@@ -369,6 +394,10 @@ def emit_turn_events(session: Session, turn: int, reason: str) -> None:
         os._exit(int(exit_code))
     if env("HANG_PROMPT") == "partial":
         return
+    gate = env("GATE")
+    if gate:
+        with open(gate, encoding="utf-8") as handle:
+            handle.readline()
     shape = env("MESSAGE", "normal")
     content: object
     if shape == "none":
@@ -472,6 +501,14 @@ class Runtime:
             sleep_forever()
 
     def prompt(self, request_id: object, params: dict[str, Any]) -> None:
+        OVERRIDES.clear()
+        OVERRIDES.update(prompt_overrides(params))
+        try:
+            self._prompt(request_id, params)
+        finally:
+            OVERRIDES.clear()
+
+    def _prompt(self, request_id: object, params: dict[str, Any]) -> None:
         ready = env("READY_FILE")
         if ready:
             with open(ready, "w", encoding="utf-8") as handle:

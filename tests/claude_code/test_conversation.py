@@ -83,7 +83,10 @@ async def test_a_cancelled_turn_ends_with_its_result_before_the_next(
     mock_model.script(Text("first answer"), Hang("thinking"), Text("third answer"))
     watch = Watch()
     request = SubagentRequest(task="turn one", parent_cwd=claude_home.work)
-    registry = registry_of(claude_home, mock_model)
+    registry = Registry()
+    registry.register(
+        claude_provider(claude_home, mock_model, dispose_grace_ms=60_000)
+    )  # the wind-down's bound
     async with registry.run("claude-code", request, conversation=True, trace=watch) as run:
         await run.result()
         async with anyio.create_task_group() as tg:

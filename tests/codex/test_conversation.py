@@ -96,7 +96,8 @@ async def test_a_cancelled_turn_is_interrupted_before_the_next_starts(
 ) -> None:
     mock.script(Text("first answer"), Hang("thinking"), Text("third answer"))
     watch = Watch()
-    registry = registry_of(launch, transcript)
+    registry = Registry()
+    registry.register(provider(launch, transcript, dispose_grace_ms=60_000))  # the wind-down's bound
     async with registry.run("codex", request(launch.cwd, "turn one"), conversation=True, trace=watch) as run:
         await run.result()
         async with anyio.create_task_group() as tg:

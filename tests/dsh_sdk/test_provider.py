@@ -248,6 +248,12 @@ def test_lifecycle_stages_and_events() -> None:
         "dispose_requested",
         "tree_gone",
         "tree_survived",
+        # the turn loop of a conversation
+        "turn_ended",
+        "turn_sent",
+        "idle_timed_out",
+        "child_lost",
+        "conversation_ended",
     }
 
 

@@ -14,10 +14,13 @@ from machines import TransitionSink
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import NO_CAPABILITIES, Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SubagentRequest
 from supervisor.process import Containment
 from supervisor.providers.dsh_sdk._config import MAX_SAFE_INTEGER, Config
 from supervisor.providers.dsh_sdk._run import DshSdkRun
+
+CAPABILITIES = Capabilities(conversation=True)
+"""No start-time option; a run can converse (the next prompt on its session)."""
 
 
 class Provider:
@@ -35,7 +38,7 @@ class Provider:
 
     @property
     def capabilities(self) -> Capabilities:
-        return NO_CAPABILITIES
+        return CAPABILITIES
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> DshSdkRun:
         return DshSdkRun(RunContext(self.name, self.config, request, trace, self._tree))
@@ -47,7 +50,12 @@ def readiness() -> Readiness:
 
 
 KIND = ProviderKind(
-    config=Config, provider=Provider, vocabulary=DSH_SDK_VOCABULARY, charts=MACHINES, ready=readiness
+    config=Config,
+    provider=Provider,
+    vocabulary=DSH_SDK_VOCABULARY,
+    capabilities=CAPABILITIES,
+    charts=MACHINES,
+    ready=readiness,
 )
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 

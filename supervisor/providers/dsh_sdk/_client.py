@@ -203,6 +203,10 @@ class DshClient:
         """The first client-wide failure (transport closed, oversize frame, reader fault)."""
         return self._close.reason
 
+    async def wait_closed(self) -> None:
+        """Return once the client has failed or closed (no more turns can run)."""
+        await self._close.wait()
+
     @property
     def pending_requests(self) -> int:
         return len(self._pending)

@@ -13,12 +13,20 @@ DSH lines carry no stop-reason or exit fields.  The runtime's own words (error
 messages and data, stderr, turn-end payloads, unknown kinds) go to the host log only.
 There is no wire-level cancel: a local cancellation settles at once and the
 ``shutdown`` request of the teardown disposes the runtime's sessions.
+
+A conversation is the next ``session/prompt`` on the same session (the client mints
+its id once per run).  With no wire-level cancel, a cancelled turn of a conversation
+runs on in the runtime: the next turn waits for its ``idle`` (within
+``dispose_grace_ms``; past that the conversation ends).  The protocol reports no usage.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
+
+import anyio
 
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
 from supervisor._logging import raw_failure
@@ -87,6 +95,8 @@ class DshSdkRun(ProviderRun[Config]):
         self._client: DshClient | None = None
         self._progress: TurnProgress | None = None
         self._spliced = False
+        self._session_id = new_session_id()  # one session for every turn of the run
+        self._turn_over = False  # the runtime ended this turn (idle), or refused its prompt
 
     # -- start --------------------------------------------------------------------------
 
@@ -128,8 +138,8 @@ class DshSdkRun(ProviderRun[Config]):
         progress = self._progress = TurnProgress(max_output_bytes=self.config.max_output_bytes)
         try:
             outcome = await client.run_turn(
-                self.request.task,
-                session_id=new_session_id(),
+                self.task,
+                session_id=self._session_id,
                 progress=progress,
                 on_notification=self._observe,
             )
@@ -137,6 +147,7 @@ class DshSdkRun(ProviderRun[Config]):
             self._log_failure("session-run", exc)
             failed_as = self._category(exc)
             if isinstance(exc, DshRpcError):
+                self._turn_over = True  # the prompt was refused: no turn began
                 self.fact(DshSdkEvent.ERROR_ANSWERED)
             elif failed_as == "protocol":
                 self.fact(DshSdkEvent.PROTOCOL_VIOLATED)
@@ -144,6 +155,7 @@ class DshSdkRun(ProviderRun[Config]):
                 self.fact(DshSdkEvent.TRANSPORT_CLOSED)
             # else: the base settles the machine with ``failed``
             return self._settlement(StopReason.ERROR, failed_as)
+        self._turn_over = True
         self.fact(DshSdkEvent.ROOT_IDLE)
         turn_end = outcome.turn_end
         if turn_end is not None and turn_end.kind is TurnEndKind.UNKNOWN:
@@ -170,6 +182,30 @@ class DshSdkRun(ProviderRun[Config]):
 
     def partial_output(self) -> str:
         return "" if self._progress is None else self._progress.output
+
+    # -- conversations ------------------------------------------------------------------
+
+    def begin_turn(self) -> None:
+        self._progress = None
+        self._spliced = False
+        self._turn_over = False
+
+    def session_usable(self) -> bool:
+        client = self._client
+        return super().session_usable() and client is not None and client.failure is None and self._turn_over
+
+    async def session_lost(self) -> None:
+        assert self.process is not None
+        assert self._client is not None
+        process, client = self.process, self._client
+        async with anyio.create_task_group() as first:
+
+            async def until(event: Callable[[], Awaitable[object]]) -> None:
+                await event()
+                first.cancel_scope.cancel()
+
+            first.start_soon(until, process.wait_exit)
+            first.start_soon(until, client.wait_closed)
 
     # -- shutdown -----------------------------------------------------------------------
 
