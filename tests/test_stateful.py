@@ -5,10 +5,15 @@
    spawned and torn down in random order.  Invariants: the tree is gone after
    teardown (checked by scanning every process on the machine for the run tag), exit
    facts match the behaviour, and the ladder went no further than it had to.
-2. ``RunMachine``: runs of a scripted provider are started, cancelled and disposed in
-   random interleavings.  Invariants: the result settles exactly once, local
-   cancellation gives ``aborted`` without a diagnostic, dispose is idempotent and ends
-   quiescent, and no child text reaches anything reported.
+2. ``RunMachine``: runs of a scripted provider, one-shot or conversations, are
+   started, sent more turns, cancelled and disposed in random interleavings.  A model
+   predicts every ``send``: the next turn's result, ``TurnInProgress`` while a turn
+   runs, ``ConversationOver`` once the child died, a cancelled turn was never ended by
+   the child (``hang`` ignores the protocol's cancel) or the run was disposed,
+   ``InvalidRequest`` for a one-shot run.  Invariants: each turn's result settles
+   exactly once, local cancellation gives ``aborted`` without a diagnostic, dispose is
+   idempotent and ends quiescent, the audit trail is one story with its turns in
+   order, and no child text reaches anything reported.
 
 Forcing the process-tree fallback with the subreaper off makes ``TreeMachine`` find
 the leak of an env-cleared daemon (which only a cgroup contains); a test below pins
@@ -42,7 +47,16 @@ from hypothesis.stateful import (
 )
 
 from machines import TeardownLadder
-from supervisor import Registry, StopReason, SubagentRequest, SubagentResult
+from supervisor import (
+    ConversationEnd,
+    ConversationOver,
+    InvalidRequest,
+    Registry,
+    StopReason,
+    SubagentRequest,
+    SubagentResult,
+    TurnInProgress,
+)
 from supervisor._run import ProviderRun
 from supervisor.process import (
     RUN_TAG_VARIABLE,
@@ -57,6 +71,7 @@ from supervisor.process import (
     set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON, internals, tagged
+from tests.support.reliability import assert_audit_consistent
 from tests.support.scripted import scripted
 
 BEHAVE = str(CHILDREN / "behave.py")
@@ -211,6 +226,17 @@ class TreeMachine(RuleBasedStateMachine):
             set_subreaper(True)
 
 
+@dataclass
+class Talk:
+    """What the model knows of one run of ``RunMachine``."""
+
+    run: ProviderRun[Any]
+    conversation: bool
+    answer: str  # the line agent's first turn: echo | hang | exit:5 | signal:SIGKILL
+    over: bool = False  # the conversation has ended (or must have, by the next send)
+    stuck: bool = False  # a cancelled turn the child will never end (``hang`` ignores cancel)
+
+
 class RunMachine(RuleBasedStateMachine):
     runs = Bundle("runs")
 
@@ -221,14 +247,15 @@ class RunMachine(RuleBasedStateMachine):
         self.registry = Registry()
         self.registry.register(scripted({"LINE_AGENT_STDERR": SECRET}, stderr="log"))
         self.open: list[ProviderRun[Any]] = []
-        self.settled: dict[str, SubagentResult] = {}
+        self.settled: dict[tuple[str, int], SubagentResult] = {}
 
     @rule(
         target=runs,
         answer=st.sampled_from(["echo", "hang", "exit:5", "signal:SIGKILL"]),
         ignore_eof=st.booleans(),
+        conversation=st.booleans(),
     )
-    def start(self, answer: str, ignore_eof: bool) -> ProviderRun[Any]:
+    def start(self, answer: str, ignore_eof: bool, conversation: bool) -> Talk:
         env: dict[str, str | None] = {"LINE_AGENT_ANSWER": answer, "LINE_AGENT_STDERR": SECRET}
         if ignore_eof:
             env["LINE_AGENT_IGNORE_EOF"] = "1"
@@ -237,13 +264,19 @@ class RunMachine(RuleBasedStateMachine):
         self.registry.register(provider)
         request = SubagentRequest(task=f"task {SECRET}", parent_cwd=Path.cwd())
         run = internals(
-            self.portal.call(lambda: self.registry.start("scripted", request, task_group=self.task_group))
+            self.portal.call(
+                lambda: self.registry.start(
+                    "scripted", request, task_group=self.task_group, conversation=conversation
+                )
+            )
         )
         self.open.append(run)
-        return run
+        return Talk(run, conversation, answer, over=answer != "echo" and answer != "hang")
 
-    @rule(run=runs)
-    def cancel(self, run: ProviderRun[Any]) -> None:
+    @rule(talk=runs)
+    def cancel(self, talk: Talk) -> None:
+        run = talk.run
+
         async def cancel_now() -> tuple[bool, SubagentResult]:
             was_settled = run.settled
             run.cancel()
@@ -252,17 +285,60 @@ class RunMachine(RuleBasedStateMachine):
         was_settled, result = self.portal.call(cancel_now)
         if not was_settled:
             assert result == SubagentResult(output=result.output, stop_reason=StopReason.ABORTED)
+            # a cancelled conversation turn winds down: the child ends it (echo, exit), or,
+            # ``hang`` ignoring the protocol's cancel, never does
+            talk.stuck = talk.answer == "hang"
+        self.check_settled_once(run, result)
 
-    @rule(run=runs)
-    def dispose(self, run: ProviderRun[Any]) -> None:
+    @rule(talk=runs, text=st.sampled_from(["hello", "do:exit:7"]))
+    def send(self, talk: Talk, text: str) -> None:
+        run = talk.run
+
+        async def send_now() -> tuple[bool, SubagentResult | Exception]:
+            running = not run.settled  # read in the loop, just before the call
+            try:
+                with anyio.fail_after(30):
+                    return running, await run.send(text)
+            except (TurnInProgress, ConversationOver, InvalidRequest) as exc:
+                return running, exc
+
+        running, outcome = self.portal.call(send_now)
+        if not talk.conversation:
+            assert isinstance(outcome, InvalidRequest), outcome
+        elif running:
+            assert isinstance(outcome, TurnInProgress), outcome
+        elif talk.over:
+            assert isinstance(outcome, ConversationOver), outcome
+        elif talk.stuck:
+            assert isinstance(outcome, ConversationOver), outcome
+            assert outcome.reason is ConversationEnd.CANCEL_UNFINISHED
+            talk.over = True
+        elif text == "hello":
+            assert outcome == SubagentResult(output="hello", stop_reason=StopReason.COMPLETED)
+            self.check_settled_once(run, outcome)
+        else:
+            assert isinstance(outcome, SubagentResult), outcome
+            assert outcome.diagnostic == (
+                "Subagent failure (provider: Scripted; stage: process; category: process-exit; exit code: 7)"
+            )
+            talk.over = True
+            self.check_settled_once(run, outcome)
+
+    @rule(talk=runs)
+    def dispose(self, talk: Talk) -> None:
+        run = talk.run
         self.portal.call(run.dispose)
         self.portal.call(run.dispose)  # idempotent
+        talk.over = True
         assert run.quiescent is True
         assert run.state == "quiescent"
         assert tagged(run.id) == []
         result = self.portal.call(run.result)
-        first = self.settled.setdefault(run.id, result)
-        assert first is result, "a result settles exactly once"
+        self.check_settled_once(run, result)
+
+    def check_settled_once(self, run: ProviderRun[Any], result: SubagentResult) -> None:
+        first = self.settled.setdefault((run.id, run.turn), result)
+        assert first is result, "a turn's result settles exactly once"
 
     @staticmethod
     async def _settled_now(run: ProviderRun[Any]) -> SubagentResult | None:
@@ -273,6 +349,7 @@ class RunMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_reported_carries_child_text(self) -> None:
         for run in self.open:
+            assert_audit_consistent(run)
             for entry in run.audit.entries:
                 assert SECRET not in repr(entry)
             settled = self.portal.call(self._settled_now, run)

@@ -8,8 +8,16 @@ teardown (ignoring stdin EOF, trapping SIGTERM, a grandchild, a ``setsid`` daemo
 each behaviour exactly; rules then interleave local cancellation (``cancel()`` or the
 abort signal), awaiting the result and ``dispose()`` over the runs in flight.
 
-Invariants: the stage is always recorded (and the audit trail is one unbroken story),
-the result settles exactly once and never changes, nothing raises after publication,
+Some runs are conversations: ``send`` then runs another turn on the same session (the
+child repeats its drawn behaviour on every prompt), and the model predicts each turn's
+result, ``TurnInProgress`` while a turn runs, ``ConversationOver`` once the child died,
+the wire broke, the abort signal fired or the run was disposed, ``InvalidRequest`` for
+a one-shot run.  A cancelled turn either winds down (the child answers ``cancelled``)
+and the conversation goes on, or is cut off by ``dispose_grace_ms`` and ends it.
+
+Invariants: the stage is always recorded (and the audit trail is one unbroken story,
+its turn numbers in order), each turn's result settles exactly once and never changes,
+nothing raises after publication,
 local cancellation settles ``aborted`` without a diagnostic, dispose is idempotent and
 ends quiescent, proven by scanning every process on the machine for the run tag
 ``SUBAGENT_SUPERVISOR_RUN=<run.id>``; child stderr never reaches anything reported.
@@ -29,7 +37,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 
 from machines.acp import ACP_TOOL_KINDS, AcpLifecycle
-from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, SubagentRequest, SubagentResult
+from supervisor import (
+    AbortSignal,
+    ConversationEnd,
+    ConversationOver,
+    InvalidRequest,
+    StartAborted,
+    StartFailed,
+    StopReason,
+    SubagentRequest,
+    SubagentResult,
+    TurnInProgress,
+)
 from supervisor._diagnostic import join_lines
 from supervisor._run import ProviderRun
 from supervisor.providers import acp
@@ -68,6 +87,12 @@ class Behaviour:
     fault: str  # none | exit | signal | error | garbage | huge | missing-session | hang
     fault_at: str  # start | initialize | new-session | prompt
     pre_aborted: bool
+    conversation: bool = False
+
+    @property
+    def ends_the_conversation(self) -> bool:
+        """A turn of this behaviour leaves no usable session (the child died, the wire broke)."""
+        return self.fault in ("exit", "signal", "garbage", "huge") and self.fault_at == "prompt"
 
 
 stop_reasons = st.one_of(
@@ -105,7 +130,10 @@ def behaviours(draw: st.DrawFn) -> Behaviour:
     if kinds:
         knobs["PERMISSION"] = ",".join(kinds)
         knobs["PERMISSION_DENIED_STOP"] = draw(stop_reasons)
-    fault = draw(st.sampled_from(sorted(FAULTS)))
+    conversation = draw(st.booleans())
+    # a conversation without a fault gets to more turns: draw "none" more often for one
+    faults = st.sampled_from(sorted(FAULTS))
+    fault = draw(st.one_of(st.just("none"), faults) if conversation else faults)
     at = draw(st.sampled_from(FAULTS[fault]))
     if fault == "exit":
         knobs.update(EXIT_AT=at, EXIT_CODE=str(draw(st.integers(0, 255))))
@@ -131,7 +159,9 @@ def behaviours(draw: st.DrawFn) -> Behaviour:
         option = draw(st.sampled_from(["", "", "1", "trap-term"]))
         if option:
             knobs[kind] = option
-    return Behaviour(knobs, policy, fault, at, pre_aborted=draw(st.integers(0, 9)) == 0)
+    return Behaviour(
+        knobs, policy, fault, at, pre_aborted=draw(st.integers(0, 9)) == 0, conversation=conversation
+    )
 
 
 def line(stage: str, rest: str) -> str:
@@ -205,7 +235,9 @@ class Live:
     abort: AbortSignal
     expected: Expected
     behaviour: Behaviour
-    cancelled_before_settling: bool = False
+    cancelled_before_settling: bool = False  # the current turn's
+    over: bool = False  # the model knows the conversation has ended
+    winding_down: bool = False  # a cancelled turn the child may still be ending
 
 
 class AcpRunMachine(RuleBasedStateMachine):
@@ -218,7 +250,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         self.marks = self._stack.enter_context(marks())
         self.every: list[ProviderRun[Any]] = []
         self.live: list[Live] = []
-        self.first_result: dict[str, SubagentResult] = {}
+        self.first_result: dict[tuple[str, int], SubagentResult] = {}
 
     # -- start --------------------------------------------------------------------------
 
@@ -242,7 +274,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         if behaviour.pre_aborted:
             abort.abort()
         expected = model(behaviour)
-        outcome = self.portal.call(self._start, run, abort, expected, marker)
+        outcome = self.portal.call(self._start, run, abort, expected, marker, behaviour.conversation)
         event(
             f"start: {type(outcome).__name__ if outcome else 'published'}; {behaviour.fault} at {behaviour.fault_at}"
         )
@@ -269,7 +301,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         return provider.create_run(request)  # a run is made in the loop (it holds cancel scopes)
 
     async def _start(
-        self, run: ProviderRun[Any], abort: AbortSignal, expected: Expected, marker: str
+        self, run: ProviderRun[Any], abort: AbortSignal, expected: Expected, marker: str, conversation: bool
     ) -> StartFailed | StartAborted | None:
         if expected.start_hangs and not abort.aborted:
             reached = self.marks.event(marker)
@@ -281,7 +313,7 @@ class AcpRunMachine(RuleBasedStateMachine):
             self.task_group.start_soon(abort_once_reached)
         try:
             with anyio.fail_after(30):
-                await run.start(self.task_group, abort)
+                await run.start(self.task_group, abort, conversation=conversation)
         except (StartFailed, StartAborted) as exc:
             return exc
         return None
@@ -300,10 +332,49 @@ class AcpRunMachine(RuleBasedStateMachine):
 
         was_settled, result = self.portal.call(cancel_now)
         event(f"{how}: {'after' if was_settled else 'before'} settling")
+        if how == "abort" and live.behaviour.conversation:
+            live.over = True  # the abort signal ends a conversation
         if not was_settled:
             live.cancelled_before_settling = True
+            live.winding_down = live.behaviour.conversation and not live.over
             self.check_aborted(live, result)
         self.check_settled_once(live.run, result)
+
+    @rule(live=runs)
+    def send(self, live: Live) -> None:
+        """The next turn; its outcome predicted from the model and the run's truth now."""
+        behaviour = live.behaviour
+        if behaviour.fault == "hang" and behaviour.conversation and not live.over and live.run.settled:
+            return  # a new turn would hang until cancelled: not from a blocking rule
+
+        async def send_now() -> tuple[bool, SubagentResult | Exception]:
+            running = not live.run.settled  # read in the loop, just before the call
+            try:
+                with anyio.fail_after(30):
+                    return running, await live.run.send("the next turn")
+            except (TurnInProgress, ConversationOver, InvalidRequest) as exc:
+                return running, exc
+
+        running, outcome = self.portal.call(send_now)
+        event(f"send: {type(outcome).__name__}")
+        if not behaviour.conversation:
+            assert isinstance(outcome, InvalidRequest), outcome
+            return
+        if running:
+            assert isinstance(outcome, TurnInProgress), outcome
+            return
+        if live.over or behaviour.ends_the_conversation:  # every turn of it ends the conversation
+            assert isinstance(outcome, ConversationOver), outcome
+            live.over = True
+            return
+        if isinstance(outcome, ConversationOver) and live.winding_down:
+            assert outcome.reason is ConversationEnd.CANCEL_UNFINISHED  # the grace cut the wind-down off
+            live.over = True
+            return
+        assert isinstance(outcome, SubagentResult), outcome
+        assert outcome == live.expected.result
+        live.cancelled_before_settling = live.winding_down = False
+        self.check_settled_once(live.run, outcome)
 
     @rule(live=runs)
     def await_result(self, live: Live) -> None:
@@ -325,6 +396,7 @@ class AcpRunMachine(RuleBasedStateMachine):
             return was_settled
 
         was_settled = self.portal.call(dispose_twice)
+        live.over = True
         assert_quiescent(live.run)
         result = self.portal.call(self._result, live.run)
         if not was_settled:
@@ -344,7 +416,8 @@ class AcpRunMachine(RuleBasedStateMachine):
         assert live.behaviour.knobs["TEXT"].startswith(result.output)
 
     def check_settled_once(self, run: ProviderRun[Any], result: SubagentResult) -> None:
-        assert self.first_result.setdefault(run.id, result) is result, "a result settles exactly once"
+        key = (run.id, run.turn)
+        assert self.first_result.setdefault(key, result) is result, "a turn's result settles exactly once"
 
     # -- invariants ---------------------------------------------------------------------
 
@@ -358,7 +431,7 @@ class AcpRunMachine(RuleBasedStateMachine):
         for live in self.live:
             if live.run.settled:
                 result = self.portal.call(self._result, live.run)
-                assert self.first_result.setdefault(live.run.id, result) is result
+                assert self.first_result.setdefault((live.run.id, live.run.turn), result) is result
                 assert_bounded(result.diagnostic)
                 assert_closed(result.diagnostic)
                 assert SECRET not in (result.diagnostic or "") + result.output
