@@ -22,6 +22,9 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Shared checks whose ``assert``s should explain themselves, whichever test imports them first.
+pytest.register_assert_rewrite("tests.support.reliability")
+
 from supervisor import Run
 from supervisor._run import ProviderRun
 from supervisor.process import (
