@@ -22,9 +22,6 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Shared checks whose ``assert``s should explain themselves, whichever test imports them first.
-pytest.register_assert_rewrite("tests.support.reliability")
-
 from supervisor import Run
 from supervisor._run import ProviderRun
 from supervisor.process import (
@@ -39,6 +36,9 @@ from supervisor.process import (
     subreaper_enabled,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
+
+# Shared checks whose ``assert``s should explain themselves, whichever test imports them first.
+pytest.register_assert_rewrite("tests.support.reliability")
 
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex

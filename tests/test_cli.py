@@ -56,6 +56,7 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
         "stop_reason",
         "output",
         "diagnostic",
+        "usage",
         "stages",
         "exit_code",
         "signal",
@@ -74,12 +75,25 @@ def test_json_document_of_a_completed_run(tmp_path: Path) -> None:
     assert doc["started"] is True
     assert doc["stop_reason"] == "completed"
     assert doc["diagnostic"] is None
+    assert doc["usage"] is None  # the example agent reports none unless told to
     assert doc["stages"] == ["initialize", "new-session", "prompt", "teardown"]
     assert (doc["exit_code"], doc["signal"], doc["quiescent"]) == (0, None, True)
     assert doc["audit"][0] == {**doc["audit"][0], "event": "initialize_answered", "source": "initialize"}
     assert all(set(t) == {"event", "source", "target", "t", "machine", "turn"} for t in doc["audit"])
     assert {t["turn"] for t in doc["audit"]} == {1}
     assert {t["machine"] for t in doc["audit"]} == {"lifecycle", "ladder"}
+
+
+def test_json_carries_the_usage_the_agent_reported(tmp_path: Path) -> None:
+    proc = subagents("run", "--json", "--env", "SUBAGENT_EXAMPLE_USAGE=1", "count these words", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # 3 words asked, "Hello! You asked: count these words" is 6: 9 tokens at 0.0001 USD
+    assert as_json(proc)["usage"] == {
+        "input_tokens": 3,
+        "output_tokens": 6,
+        "cached_input_tokens": None,
+        "cost_usd": 0.0009,
+    }
 
 
 def test_failing_child_after_publication(tmp_path: Path) -> None:

@@ -363,6 +363,7 @@ def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interrup
         sys.stderr.write(f"{PROG}: {spawn_failure}\n")
     exit_facts = run.exit_facts
     if args.json:
+        usage = None if outcome.result is None else outcome.result.usage
         document = {
             "run_id": run.id,
             "provider": plan.entry.name,
@@ -371,6 +372,7 @@ def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interrup
             "stop_reason": outcome.stop_reason if outcome.started else None,
             "output": outcome.output,
             "diagnostic": outcome.diagnostic,
+            "usage": None if usage is None else usage.model_dump(),
             "stages": list(run.stages_entered),
             "exit_code": None if exit_facts is None else exit_facts.exit_code,
             "signal": None if exit_facts is None else exit_facts.signal,
@@ -465,15 +467,19 @@ _CAPABILITIES = (
     ("tool_filter", "toolFilter"),
     ("persona", "persona"),
     ("agent_options", "agentOptions"),
+    ("conversation", "conversation"),
 )
 
 
 def _capabilities_text(capabilities: Any) -> str:
-    have = [spelled for field, spelled in _CAPABILITIES if getattr(capabilities, field)]
-    lacking = [spelled for field, spelled in _CAPABILITIES if not getattr(capabilities, field)]
-    if not have:
-        return f"none ({', '.join(lacking[:-1])} and {lacking[-1]} are rejected)"
-    return ", ".join(have)
+    have = [spelled for field, spelled in _CAPABILITIES if getattr(capabilities, field, False)]
+    lacking = [spelled for field, spelled in _CAPABILITIES if not getattr(capabilities, field, False)]
+    rejected = ""
+    if len(lacking) > 1:
+        rejected = f" ({', '.join(lacking[:-1])} and {lacking[-1]} are rejected)"
+    elif lacking:
+        rejected = f" ({lacking[0]} is rejected)"
+    return (", ".join(have) if have else "none") + rejected
 
 
 def _providers() -> int:
