@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import enum
 import importlib
 import itertools
 from pathlib import Path
@@ -202,3 +203,60 @@ def test_vocabulary_stages_are_the_charts(short: str) -> None:
     vocabularies = [v for v in vars(module).values() if isinstance(v, machines.Vocabulary)]
     assert len(vocabularies) == 1
     assert vocabularies[0].stages == chart.STAGES
+
+
+# -- the turn loop of a conversation ----------------------------------------------------------
+
+TURN_STAGES = {"acp": "prompt", "dsh_sdk": "session-run", "claude_code": "query-run", "codex": "turn-start"}
+TO_SETTLED = {
+    "acp": ("initialize_answered", "session_created", "stop_reason_received"),
+    "dsh_sdk": ("initialize_answered", "root_idle"),
+    "claude_code": ("initialized", "result_succeeded"),
+    "codex": ("initialized", "thread_started", "turn_started", "turn_completed"),
+}
+
+
+@pytest.mark.parametrize("short", sorted(TURN_STAGES))
+def test_every_built_in_chart_has_the_turn_loop(short: str) -> None:
+    (chart,) = importlib.import_module(f"machines.{short}").MACHINES
+    assert issubclass(chart, Lifecycle)
+    table = transitions(chart)
+    teardown = chart.STAGES[-1]
+    assert table[(SETTLED, "turn_ended")] == IDLE
+    assert table[(IDLE, "turn_sent")] == TURN_STAGES[short]
+    for event in ("dispose_requested", "idle_timed_out", "child_lost", "conversation_ended"):
+        assert table[(IDLE, event)] == teardown
+    assert table[(SETTLED, "conversation_ended")] == teardown
+    machine = chart()
+    for event in TO_SETTLED[short]:
+        machine.send(event)
+    assert machine.state_name == SETTLED
+    stage = machine.stage
+    machine.send("turn_ended")
+    assert (machine.state_name, machine.stage) == (IDLE, stage)  # idle is no stage: the last one stays
+    machine.send("turn_sent")
+    assert machine.state_name == TURN_STAGES[short]
+    with pytest.raises(TransitionNotAllowed):  # strict: no second turn while one runs
+        machine.send("turn_sent")
+
+
+class _Step(enum.StrEnum):
+    GO = "go"
+
+
+def test_a_chart_without_a_turn_stage_has_no_idle_state() -> None:
+    from tests.support.scripted import ScriptedLifecycle
+
+    rows = (("go", "a", "b"), ("go", "b", SETTLED))
+    chart = machines.build_lifecycle(
+        "OneShot",
+        stages=("a", "b", "teardown"),
+        events=_Step,
+        table=(*rows, *machines.common_rows(startup=("a",), running=("b",), teardown="teardown")),
+        doc="",
+        module=__name__,
+    )
+    assert IDLE not in {state.name for state in chart.states}
+    assert IDLE in {state.name for state in ScriptedLifecycle.states}
+    with pytest.raises(ValueError, match="must be one of the running stages"):
+        machines.common_rows(startup=("a",), running=("b",), teardown="teardown", turn_stage="a")

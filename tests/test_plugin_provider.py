@@ -142,3 +142,46 @@ def test_no_test_assumes_which_other_kinds_are_installed(plugin_path: str) -> No
         timeout=850,
     )
     assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+CONVERSE = """
+import anyio
+from pathlib import Path
+from supervisor import Registry, SubagentRequest, UnsupportedCapability, create_provider, installed_kinds
+
+
+async def main() -> None:
+    kind = installed_kinds()["echo"].load()
+    registry = Registry()
+    registry.register(create_provider("echo", kind.config()))
+    request = SubagentRequest(task="hi", parent_cwd=Path.cwd())
+    try:
+        async with registry.run("echo", request, conversation=True):
+            print("started")
+    except UnsupportedCapability as exc:
+        print(exc)
+    async with registry.run("echo", request) as run:
+        print((await run.result()).output, run.conversation, run.turn)
+
+
+anyio.run(main, backend="asyncio")
+"""
+
+
+def test_a_kind_that_declares_no_conversation_is_refused_one_and_runs_as_before(
+    plugin_path: str, tmp_path: Path
+) -> None:
+    """The unchanged third-party kind: a conversation is refused before anything spawns."""
+    path = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-c", CONVERSE],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        'subagent provider "echo" does not support the "conversation" capability\nhi False 1\n'
+    )
