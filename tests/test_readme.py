@@ -70,3 +70,19 @@ def test_the_embedding_example_handles_a_failed_start(tmp_path: Path) -> None:
 def test_readme_shows_the_complete_third_party_provider() -> None:
     module = (ROOT / "tests" / "plugin_provider" / "echo_provider" / "__init__.py").read_text()
     assert f"```python\n{module.rstrip()}\n```" in README
+
+
+def _conversation_section() -> str:
+    return README.split("## Conversations: speaking to a subagent again", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_conversation_example_runs_verbatim_and_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    section = _conversation_section()
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    shown = re.search(r"prints .*?\n\n```\n(.*?)```", section, re.S)
+    assert code is not None
+    assert shown is not None
+    proc = _run_python(code.group(1), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == shown.group(1)
+    assert proc.stderr == ""
