@@ -2,7 +2,8 @@
 
 ``initialize`` covers the cwd check, the spawn, the ACP ``initialize`` request and the
 optional ``authenticate``; ``process`` is entered when the spawn fails or the child
-exits before the prompt's terminal response.
+exits before the prompt's terminal response.  In a conversation each later turn is
+``session/prompt`` again on the same session: ``idle -> prompt``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ settles the run whatever it says (``result_succeeded``, ``result_failed`` for an
 subtype, ``result_invalid`` for a success flagged ``is_error`` or with a blank answer);
 ``result_missing`` is a stream that ended without one while the CLI's exit was not
 observed.  Failures without a finer fact settle through the shared ``failed`` row, local
-cancellation through ``cancelled``.
+cancellation through ``cancelled``.  In a conversation each later turn is the next user
+message to the same CLI: ``idle -> query-run``.
 """
 
 from __future__ import annotations

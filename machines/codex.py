@@ -13,8 +13,8 @@ Stages
 Every event is the protocol or process fact that caused it.  A terminal
 ``turn/completed`` settles the run whatever its status; failures without a finer fact
 settle through the shared ``failed`` row, local cancellation through ``cancelled``.
-The turn's own progress is read from the chart: the turn is known once ``turn`` was
-entered, and over once ``turn_completed`` was received.
+In a conversation each later turn is ``turn/start`` again on the same thread:
+``idle -> turn-start``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ it arrives, and the turn settles when the root session reports ``idle`` or the w
 fails (transport closed, a protocol violation, a JSON-RPC error answer).
 ``shutdown`` is the teardown: the bounded ``shutdown`` request, then the whole-tree
 ladder (stdin EOF, SIGTERM, SIGKILL), recorded by the ladder's own chart.
+In a conversation each later turn is the next ``session/prompt`` on the same session:
+``idle -> session-run``.
 """
 
 from __future__ import annotations
