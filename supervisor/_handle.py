@@ -112,7 +112,7 @@ class Run(Protocol):
         ...
 
     async def output_arrived(self) -> None:
-        """Return once the child has sent some answer text (or the run has settled)."""
+        """Return once the child has sent some answer text in the current turn (or the turn has settled)."""
         ...
 
     def cancel(self) -> None:
