@@ -23,7 +23,15 @@ group :data:`PROVIDERS_GROUP`:
   protocol has them, ``remote_cancel()``, ``before_ladder()``, ``after_ladder()``,
   ``teardown_facts()``).  Failures are closed facts: ``self.failure(category)`` builds
   a :class:`FailureFacts` checked against the vocabulary; raise :class:`StepFailed`
-  with them, before or after publication;
+  with them, before or after publication.  ``drive()`` runs one turn: the turn's text is
+  ``self.task`` (the request's task in turn 1);
+* for a kind that **converses** (``Capabilities(conversation=True)`` on its provider and
+  kind): a chart built with ``common_rows(..., turn_stage=<the stage a later turn
+  enters>)``, which adds the turn loop (``settled -> idle -> turn stage``), and the run's
+  hooks ``begin_turn()`` (reset per-turn state before a later turn), ``session_usable()``
+  (may the session take another turn after this one?) and ``session_lost()`` (return
+  once an idle session can take no more).  The base run does the rest: one turn at a
+  time, the idle timeout, cancelled turns winding down, ending the conversation;
 * a **provider** (the :class:`Provider` protocol: ``name``, ``capabilities``,
   ``inherits_parent_context``, ``create_run``), optionally a **readiness check** for
   ``subagents doctor`` (:class:`Readiness`) and an **example** config.

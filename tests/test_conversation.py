@@ -384,3 +384,42 @@ def test_idle_timeout_is_a_positive_key_of_every_kind() -> None:
     for bad in (0, -1, "60000", True, float("inf")):
         with pytest.raises(ValidationError, match="idle_timeout_ms"):
             ScriptedConfig(idle_timeout_ms=bad)
+
+
+# -- the turn guard and a provider's bugs ---------------------------------------------------------
+
+
+async def test_a_turn_a_limit_stops_ends_the_conversation(tmp_path: Path) -> None:
+    """``stall_timeout_ms`` guards every turn (the idle time between turns is no turn): a
+    later turn that goes silent is stopped, and with it the conversation."""
+    watch = Watch()
+    provider = scripted(stall_timeout_ms=1000)
+    async with registry_of(provider).run("scripted", request(tmp_path), conversation=True, trace=watch) as run:
+        assert await run.result() == answer("first")
+        stopped = await run.send("do:hang")  # prints its partial line, then neither writes nor computes
+        assert stopped.stop_reason == StopReason.ERROR
+        assert stopped.output == "working on do:hang"
+        assert stopped.diagnostic is not None
+        assert stopped.diagnostic.endswith("\nSubagent limit (resource: silence; limit: 1 s)")
+        await watch.reached("quiescent")  # torn down at once
+        with pytest.raises(ConversationOver, match=r"\(provider: Scripted; turn: 2; reason: limit\)$"):
+            await run.send("more")
+    assert tagged(run.id) == []
+
+
+async def test_a_begin_turn_that_raises_ends_the_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.scripted import ScriptedRun
+
+    def broken(self: ScriptedRun) -> None:
+        raise RuntimeError("a provider's bug")
+
+    monkeypatch.setattr(ScriptedRun, "begin_turn", broken)
+    async with registry_of(scripted()).run("scripted", request(tmp_path), conversation=True) as run:
+        await run.result()
+        with pytest.raises(ConversationOver, match=r"reason: session unusable\)$"):
+            await run.send("second")
+        assert run.turn == 1
+    assert run.quiescent is True
+    assert tagged(run.id) == []
