@@ -394,7 +394,9 @@ async def test_a_turn_a_limit_stops_ends_the_conversation(tmp_path: Path) -> Non
     later turn that goes silent is stopped, and with it the conversation."""
     watch = Watch()
     provider = scripted(stall_timeout_ms=1000)
-    async with registry_of(provider).run("scripted", request(tmp_path), conversation=True, trace=watch) as run:
+    async with registry_of(provider).run(
+        "scripted", request(tmp_path), conversation=True, trace=watch
+    ) as run:
         assert await run.result() == answer("first")
         stopped = await run.send("do:hang")  # prints its partial line, then neither writes nor computes
         assert stopped.stop_reason == StopReason.ERROR
