@@ -85,6 +85,7 @@ from machines import (
     Vocabulary,
 )
 from supervisor._abort import AbortSignal
+from supervisor._clean import clean_text
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import (
     FailureFacts,
@@ -374,7 +375,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 raw_failure("run %s: the raw begin_turn failure", self.id, exc=exc)
                 self._end_conversation(ConversationEnd.SESSION_UNUSABLE, CommonEvent.CONVERSATION_ENDED)
                 self._raise_if_over()
-            self._begin_next_turn(task)
+            # A lone surrogate cannot travel to the child as UTF-8: U+FFFD, as in a request's task.
+            self._begin_next_turn(clean_text(task))
         finally:
             self._sending = False
         number, settled = self._turn_number, self._settled

@@ -425,3 +425,9 @@ async def test_a_begin_turn_that_raises_ends_the_conversation(
         assert run.turn == 1
     assert run.quiescent is True
     assert tagged(run.id) == []
+
+
+async def test_a_sent_task_with_a_lone_surrogate_reaches_the_child_as_utf8(tmp_path: Path) -> None:
+    async with registry_of(scripted()).run("scripted", request(tmp_path), conversation=True) as run:
+        await run.result()
+        assert await run.send("half an emoji \ud83d here") == answer("half an emoji \ufffd here")
