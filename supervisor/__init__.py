@@ -14,53 +14,106 @@ of their own, in a distribution of their own) use :mod:`supervisor.provider`.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from machines import AuditTrail as AuditTrail
-from machines import Transition as Transition
-from machines import TransitionSink as TransitionSink
-from supervisor._abort import AbortSignal as AbortSignal
-from supervisor._consumers import JobOutcome as JobOutcome
-from supervisor._consumers import JobStatus as JobStatus
-from supervisor._consumers import foreground_text as foreground_text
-from supervisor._consumers import job_outcome as job_outcome
-from supervisor._consumers import settle_job as settle_job
-from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
-from supervisor._errors import ConfigurationError as ConfigurationError
-from supervisor._errors import ConversationEnd as ConversationEnd
-from supervisor._errors import ConversationOver as ConversationOver
-from supervisor._errors import DuplicateProvider as DuplicateProvider
-from supervisor._errors import InvalidRequest as InvalidRequest
-from supervisor._errors import NoProvider as NoProvider
-from supervisor._errors import StartAborted as StartAborted
-from supervisor._errors import StartFailed as StartFailed
-from supervisor._errors import SubagentError as SubagentError
-from supervisor._errors import TeardownFailed as TeardownFailed
-from supervisor._errors import TurnInProgress as TurnInProgress
-from supervisor._errors import UnsupportedCapability as UnsupportedCapability
-from supervisor._handle import Run as Run
-from supervisor._host_limits import set_host_ceiling as set_host_ceiling
-from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
-from supervisor._kinds import InstalledKind as InstalledKind
-from supervisor._kinds import create_provider as create_provider
-from supervisor._kinds import installed_kinds as installed_kinds
-from supervisor._registry import Provider as Provider
-from supervisor._registry import Registry as Registry
-from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
-from supervisor._seam import Capabilities as Capabilities
-from supervisor._seam import Resources as Resources
-from supervisor._seam import StopReason as StopReason
-from supervisor._seam import SubagentRequest as SubagentRequest
-from supervisor._seam import SubagentResult as SubagentResult
-from supervisor._seam import Usage as Usage
-from supervisor._sequence import RunOutcome as RunOutcome
-from supervisor._sequence import supervise as supervise
-from supervisor.batching._jobs import BatchError as BatchError
-from supervisor.batching._jobs import BatchItem as BatchItem
-from supervisor.batching._jobs import BatchRecord as BatchRecord
-from supervisor.batching._local import batch as batch
-from supervisor.process import ExitFacts as ExitFacts
-from supervisor.process import StderrMode as StderrMode
+if TYPE_CHECKING:  # what the names are; at run time each is imported on first use (``_ORIGINS``)
+    from machines import AuditTrail as AuditTrail
+    from machines import Transition as Transition
+    from machines import TransitionSink as TransitionSink
+    from supervisor._abort import AbortSignal as AbortSignal
+    from supervisor._consumers import JobOutcome as JobOutcome
+    from supervisor._consumers import JobStatus as JobStatus
+    from supervisor._consumers import foreground_text as foreground_text
+    from supervisor._consumers import job_outcome as job_outcome
+    from supervisor._consumers import settle_job as settle_job
+    from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
+    from supervisor._errors import ConfigurationError as ConfigurationError
+    from supervisor._errors import DuplicateProvider as DuplicateProvider
+    from supervisor._errors import InvalidRequest as InvalidRequest
+    from supervisor._errors import NoProvider as NoProvider
+    from supervisor._errors import StartAborted as StartAborted
+    from supervisor._errors import StartFailed as StartFailed
+    from supervisor._errors import SubagentError as SubagentError
+    from supervisor._errors import TeardownFailed as TeardownFailed
+    from supervisor._errors import UnsupportedCapability as UnsupportedCapability
+    from supervisor._errors import TurnInProgress as TurnInProgress
+    from supervisor._errors import ConversationOver as ConversationOver
+    from supervisor._errors import ConversationEnd as ConversationEnd
+    from supervisor._handle import Run as Run
+    from supervisor._host_limits import set_host_ceiling as set_host_ceiling
+    from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
+    from supervisor._kinds import InstalledKind as InstalledKind
+    from supervisor._kinds import create_provider as create_provider
+    from supervisor._kinds import installed_kinds as installed_kinds
+    from supervisor._registry import Provider as Provider
+    from supervisor._registry import Registry as Registry
+    from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
+    from supervisor._seam import Capabilities as Capabilities
+    from supervisor._seam import Resources as Resources
+    from supervisor._seam import StopReason as StopReason
+    from supervisor._seam import SubagentRequest as SubagentRequest
+    from supervisor._seam import SubagentResult as SubagentResult
+    from supervisor._seam import Usage as Usage
+    from supervisor._sequence import RunOutcome as RunOutcome
+    from supervisor._sequence import supervise as supervise
+    from supervisor.batching._jobs import BatchError as BatchError
+    from supervisor.batching._jobs import BatchItem as BatchItem
+    from supervisor.batching._jobs import BatchRecord as BatchRecord
+    from supervisor.batching._local import batch as batch
+    from supervisor.process import ExitFacts as ExitFacts
+    from supervisor.process import StderrMode as StderrMode
+
+# Where each public name is defined.  ``import supervisor`` imports none of them: the CLI's
+# ``--version`` must not pay for pydantic, python-statemachine and asyncio, and a name's
+# module (and only its dependencies) is imported when the name is first used.
+_ORIGINS: dict[str, str] = {
+    "AuditTrail": "machines",
+    "Transition": "machines",
+    "TransitionSink": "machines",
+    "AbortSignal": "supervisor._abort",
+    "JobOutcome": "supervisor._consumers",
+    "JobStatus": "supervisor._consumers",
+    "foreground_text": "supervisor._consumers",
+    "job_outcome": "supervisor._consumers",
+    "settle_job": "supervisor._consumers",
+    "MAX_DIAGNOSTIC_BYTES": "supervisor._diagnostic",
+    "ConfigurationError": "supervisor._errors",
+    "DuplicateProvider": "supervisor._errors",
+    "InvalidRequest": "supervisor._errors",
+    "NoProvider": "supervisor._errors",
+    "StartAborted": "supervisor._errors",
+    "StartFailed": "supervisor._errors",
+    "SubagentError": "supervisor._errors",
+    "TeardownFailed": "supervisor._errors",
+    "UnsupportedCapability": "supervisor._errors",
+    "TurnInProgress": "supervisor._errors",
+    "ConversationOver": "supervisor._errors",
+    "ConversationEnd": "supervisor._errors",
+    "Run": "supervisor._handle",
+    "set_host_ceiling": "supervisor._host_limits",
+    "PROVIDERS_GROUP": "supervisor._kinds",
+    "InstalledKind": "supervisor._kinds",
+    "create_provider": "supervisor._kinds",
+    "installed_kinds": "supervisor._kinds",
+    "Provider": "supervisor._registry",
+    "Registry": "supervisor._registry",
+    "NO_CAPABILITIES": "supervisor._seam",
+    "Capabilities": "supervisor._seam",
+    "Resources": "supervisor._seam",
+    "StopReason": "supervisor._seam",
+    "SubagentRequest": "supervisor._seam",
+    "SubagentResult": "supervisor._seam",
+    "Usage": "supervisor._seam",
+    "RunOutcome": "supervisor._sequence",
+    "supervise": "supervisor._sequence",
+    "BatchError": "supervisor.batching._jobs",
+    "BatchItem": "supervisor.batching._jobs",
+    "BatchRecord": "supervisor.batching._jobs",
+    "batch": "supervisor.batching._local",
+    "ExitFacts": "supervisor.process",
+    "StderrMode": "supervisor.process",
+}
 
 __all__ = (
     "MAX_DIAGNOSTIC_BYTES",
@@ -134,8 +187,13 @@ _MOVED_TO_PROVIDER = frozenset(
 
 
 def __getattr__(name: str) -> Any:
-    """A provider written for 0.2 (``from supervisor import ProviderRun``) keeps working and
-    is told where the name lives now."""
+    """A public name, imported on first use; a provider written for 0.2 (``from supervisor
+    import ProviderRun``) keeps working and is told where the name lives now."""
+    origin = _ORIGINS.get(name)
+    if origin is not None:
+        value = getattr(importlib.import_module(origin), name)
+        globals()[name] = value  # the next lookup is an ordinary attribute
+        return value
     if name in _MOVED_TO_PROVIDER:
         import warnings
 
@@ -148,3 +206,7 @@ def __getattr__(name: str) -> Any:
         )
         return getattr(provider, name)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

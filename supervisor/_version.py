@@ -1,25 +1,30 @@
 """The one package-version lookup (``--version``, handshakes' ``clientInfo``, the MCP
-server's ``serverInfo``, the tracer's instrumentation version, ``doctor``)."""
+server's ``serverInfo``, the tracer's instrumentation version, ``doctor``).
+
+This distribution's own version is written here, once (``pyproject.toml`` reads it as its
+dynamic version), so ``subagents --version`` needs no ``importlib.metadata`` (tens of ms
+of imports); other distributions' versions are looked up in their metadata.
+"""
 
 from __future__ import annotations
 
-import functools
-from importlib.metadata import PackageNotFoundError, version
+__version__ = "0.2.0"
 
 DISTRIBUTION = "subagent-supervisor"
 UNKNOWN = "0.0.0"
-"""What a source tree that was never installed reports."""
+"""What :func:`distribution_version` callers report for a distribution that is not installed."""
 
 
 def distribution_version(name: str) -> str | None:
     """The installed version of distribution ``name``, or None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(name)
     except PackageNotFoundError:
         return None
 
 
-@functools.cache
 def package_version() -> str:
-    """This distribution's version (``0.0.0`` when it runs from a source tree)."""
-    return distribution_version(DISTRIBUTION) or UNKNOWN
+    """This distribution's version."""
+    return __version__

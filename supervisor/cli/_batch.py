@@ -16,19 +16,16 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
+from supervisor.cli._usage import EXIT_FAILED, EXIT_OK, ConfigError, add_ceiling_arguments
 
-from supervisor import telemetry
-from supervisor._abort import AbortSignal
-from supervisor._registry import Registry
-from supervisor.batching._jobs import BatchEvents, BatchRecord, line_id, split_lines, to_json
-from supervisor.batching._local import batch
-from supervisor.cli._batch_out import OutputFailed, RecordWriter
-from supervisor.cli._config_file import ConfigError, add_ceiling_arguments, apply_ceiling, load_registry
+if TYPE_CHECKING:
+    from supervisor._registry import Registry
+    from supervisor.cli._batch_out import RecordWriter
 
-EXIT_OK, EXIT_FAILED = 0, 1
+# The batch engine, anyio and the config file are imported by the functions that use them
+# (the parser of every ``subagents`` command imports this module for ``add_parser``).
 _SIGNAL_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
@@ -50,6 +47,8 @@ def add_parser(commands: Any) -> None:
 
 def _recorded_ids(path: Path) -> set[str]:
     """The ids of the records already in ``path`` (a torn or unreadable line is ignored)."""
+    from supervisor.batching._jobs import line_id, split_lines
+
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -60,6 +59,8 @@ def _recorded_ids(path: Path) -> set[str]:
 
 
 def _open_out(path: Path | None, resume: bool) -> RecordWriter:
+    from supervisor.cli._batch_out import RecordWriter
+
     if path is None:
         return RecordWriter.to_stdout()
     try:
@@ -70,6 +71,12 @@ def _open_out(path: Path | None, resume: bool) -> RecordWriter:
 
 def command(args: argparse.Namespace) -> int:
     """Run ``subagents batch``; a ConfigError raised here means nothing ran (exit 2)."""
+    import anyio
+
+    from supervisor import telemetry
+    from supervisor.batching._jobs import line_id, split_lines
+    from supervisor.cli._config_file import apply_ceiling, load_registry
+
     if args.concurrency is not None and args.concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
     if not args.ray_num_cpus > 0:
@@ -108,6 +115,12 @@ def command(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes], out: RecordWriter) -> int:
+    import anyio
+
+    from supervisor._abort import AbortSignal
+    from supervisor.batching._jobs import BatchEvents, BatchRecord, to_json
+    from supervisor.batching._local import batch
+    from supervisor.cli._batch_out import OutputFailed
     from supervisor.cli._batch_progress import BatchProgress  # rich: only when a batch runs
 
     progress = BatchProgress(sys.stderr, total=sum(1 for line in lines if line.strip()))

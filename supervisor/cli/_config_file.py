@@ -19,12 +19,10 @@ from supervisor._errors import ConfigurationError
 from supervisor._host_limits import set_host_ceiling
 from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Provider, Registry
+from supervisor.cli._usage import ConfigError as ConfigError
+from supervisor.cli._usage import add_ceiling_arguments as add_ceiling_arguments
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(Exception):
-    """A usage or configuration problem found before anything spawned (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -138,14 +136,6 @@ def load_file(path: Path) -> list[Entry]:
         entry.build()  # every entry is checked at load, not only the one picked
         entries.append(entry)
     return entries
-
-
-def add_ceiling_arguments(parser: Any) -> None:
-    """``--max-memory`` and ``--max-pids``: the host ceiling of a command that holds many runs."""
-    parser.add_argument(
-        "--max-memory", metavar="SIZE", help='memory of all runs together: bytes, "4G" (cgroup containment)'
-    )
-    parser.add_argument("--max-pids", metavar="N", help="processes and threads of all runs together")
 
 
 def apply_ceiling(args: Any) -> None:

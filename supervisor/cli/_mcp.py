@@ -11,11 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import anyio
-
-from supervisor import telemetry
-from supervisor.cli._config_file import ConfigError, add_ceiling_arguments, apply_ceiling, load_registry
-from supervisor.process import CwdError, check_directory
+from supervisor.cli._usage import ConfigError, add_ceiling_arguments
 
 
 def add_parser(commands: Any) -> None:
@@ -53,7 +49,13 @@ class _StopRequested:
 
 def command(args: argparse.Namespace) -> int:
     """Serve until the client goes away; a ConfigError raised here means nothing ran (exit 2)."""
-    stopped = _StopRequested()
+    stopped = _StopRequested()  # first: the imports below take a while
+    import anyio
+
+    from supervisor import telemetry
+    from supervisor.cli._config_file import apply_ceiling, load_registry
+    from supervisor.process import CwdError, check_directory
+
     try:
         from supervisor.mcp import _server as _mcp
     except ModuleNotFoundError as exc:

@@ -48,7 +48,7 @@ from supervisor._diagnostic import (
 from supervisor._errors import StartAborted
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor.cli._config_file import Entry
-from supervisor.cli._main import _Interruption, _Plan, _report
+from supervisor.cli._run import _Interruption, _Plan, _report
 from supervisor.process import ManagedProcess
 from supervisor.providers.acp import Config
 from tests.conftest import PYTHON

@@ -1,0 +1,38 @@
+"""What every ``subagents`` command shares: the program's name, the exit statuses and the
+usage error.  Imports nothing, so ``--version`` and ``--help`` stay cheap."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+PROG = "subagents"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_HANGUP = 129
+
+
+class ConfigError(Exception):
+    """A usage or configuration problem found before anything spawned (exit status 2)."""
+
+
+def configure_logging(verbose: bool) -> None:
+    """The host log: on stderr with ``--verbose``, else nowhere (raw failures hold child text)."""
+    import logging
+
+    logger = logging.getLogger("supervisor")
+    logger.propagate = False
+    if verbose:
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG} [%(levelname)s] %(message)s"))
+        logger.setLevel(logging.DEBUG)
+    else:  # raw failures hold child text: they stay out of a plain run's output
+        handler = logging.NullHandler()
+    logger.addHandler(handler)
+
+
+def add_ceiling_arguments(parser: Any) -> None:
+    """``--max-memory`` and ``--max-pids``: the host ceiling of a command that holds many runs."""
+    parser.add_argument(
+        "--max-memory", metavar="SIZE", help='memory of all runs together: bytes, "4G" (cgroup containment)'
+    )
+    parser.add_argument("--max-pids", metavar="N", help="processes and threads of all runs together")

@@ -1,0 +1,84 @@
+"""Cold start is pinned by what gets imported, never by a clock (SPEC 19).
+
+Each check runs a fresh interpreter and reads ``sys.modules``: ``import supervisor`` pulls in
+no front-end, no protocol SDK and no OpenTelemetry, even once the core names are used; the
+command line's parser (``--version``, ``--help``) pulls in none of a run's machinery.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import supervisor
+
+FRONT_ENDS = ("supervisor.cli", "supervisor.batching", "supervisor.mcp")
+SDKS = ("acp", "mcp", "claude_agent_sdk", "opentelemetry", "ray")
+# What a run needs and a parser does not: each costs tens of ms to import.
+RUN_MACHINERY = ("pydantic", "statemachine", "asyncio", "anyio", "psutil", "importlib.metadata", "machines")
+
+
+def loaded_after(code: str) -> list[str]:
+    """The modules loaded in a fresh interpreter after ``code`` ran."""
+    script = f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    names: list[str] = json.loads(proc.stdout.splitlines()[-1])
+    return names
+
+
+def under(names: list[str], roots: tuple[str, ...]) -> list[str]:
+    return [n for n in names if any(n == r or n.startswith(r + ".") for r in roots)]
+
+
+def test_import_supervisor_imports_no_front_end_sdk_or_telemetry() -> None:
+    assert under(loaded_after("import supervisor"), FRONT_ENDS + SDKS) == []
+
+
+def test_the_core_names_import_no_front_end_sdk_or_telemetry() -> None:
+    core = [name for name in supervisor.__all__ if not name.startswith("Batch") and name != "batch"]
+    code = "import supervisor\n" + "\n".join(f"supervisor.{name}" for name in core)
+    assert under(loaded_after(code), FRONT_ENDS + SDKS) == []
+
+
+def test_the_batch_names_import_the_batch_engine_only() -> None:
+    loaded = loaded_after("import supervisor; supervisor.batch; supervisor.BatchRecord")
+    assert "supervisor.batching._local" in loaded
+    assert under(loaded, ("supervisor.cli", "supervisor.mcp", *SDKS)) == []
+
+
+def test_the_parser_imports_none_of_a_runs_machinery() -> None:
+    code = "from supervisor.cli._main import _parser\n_parser().format_help()"
+    assert under(loaded_after(code), RUN_MACHINERY + SDKS) == []
+
+
+def test_version_and_help_import_none_of_a_runs_machinery() -> None:
+    for flag in ("--version", "--help"):
+        code = f"from supervisor.cli import main\ntry:\n    main([{flag!r}])\nexcept SystemExit:\n    pass"
+        assert under(loaded_after(code), RUN_MACHINERY + SDKS) == [], flag
+
+
+def test_every_public_name_has_an_origin_and_a_typed_import() -> None:
+    """The lazy map and the import block that type checkers read name the same modules."""
+    tree = ast.parse(Path(supervisor.__file__).read_text(encoding="utf-8"))
+    typed: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom)
+                assert stmt.module is not None
+                for alias in stmt.names:
+                    typed[alias.asname or alias.name] = stmt.module
+    origins = supervisor._ORIGINS
+    assert typed == origins
+    assert set(origins) == set(supervisor.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    import pytest
+
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        _ = supervisor.Nope
+    assert "Registry" in dir(supervisor)
