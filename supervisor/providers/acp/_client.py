@@ -1,11 +1,10 @@
-"""The parent's side of ACP: an unattended client and a raw-frame observer.
+"""The parent's side of ACP: an unattended client.
 
 The client advertises no capabilities, keeps only ``agent_message_chunk`` text and the
 session's cumulative cost from ``usage_update`` (in US dollars only), and answers
-permission requests by policy, recording the closed facts of the latest decision.  The
-observer keeps the raw results of ``session/new`` and ``session/prompt``: the SDK
-rejects an out-of-vocabulary stop reason or a missing session id during validation,
-and the provider must classify those itself without ever copying the value.
+permission requests by policy, recording the closed facts of the latest decision.  (The
+raw results the provider classifies itself are kept by the transport:
+:class:`~supervisor.providers.acp._transport.RawResults`.)
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from acp import RequestError
-from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
@@ -98,34 +96,3 @@ class UnattendedClient:
 
     async def write_text_file(self, *args: Any, **kwargs: Any) -> Any:
         raise RequestError.method_not_found("fs/write_text_file")
-
-
-class FrameObserver:
-    """Keeps the raw ``result`` of the requests whose values the provider classifies."""
-
-    WATCHED = ("session/new", "session/prompt")
-
-    def __init__(self) -> None:
-        self._methods: dict[object, str] = {}
-        self.results: dict[str, object] = {}
-
-    def __call__(self, event: StreamEvent) -> None:
-        message = event.message
-        if event.direction is StreamDirection.OUTGOING:
-            if message.get("method") in self.WATCHED and "id" in message:
-                self._methods[message["id"]] = message["method"]
-            return
-        method = self._methods.pop(message.get("id"), None) if "method" not in message else None
-        if method is not None and "result" in message:
-            self.results[method] = message["result"]
-
-    def next_turn(self) -> None:
-        self.results.pop("session/prompt", None)
-
-    def raw_stop_reason(self) -> object:
-        result = self.results.get("session/prompt")
-        return result.get("stopReason") if isinstance(result, dict) else None
-
-    def has_session_id(self) -> bool:
-        result = self.results.get("session/new")
-        return isinstance(result, dict) and isinstance(result.get("sessionId"), str)

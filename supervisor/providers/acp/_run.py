@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from acp.client.connection import ClientSideConnection
     from acp.schema import Usage as AcpUsage
 
-    from supervisor.providers.acp._client import FrameObserver, UnattendedClient
+    from supervisor.providers.acp._client import UnattendedClient
     from supervisor.providers.acp._transport import StdioTransport
 
 CLIENT_NAME = "subagent-supervisor"
@@ -60,7 +60,6 @@ class AcpRun(ProviderRun[Config]):
         super().__init__(context)
         self._conn: ClientSideConnection | None = None
         self._client: UnattendedClient | None = None
-        self._observer: FrameObserver | None = None
         self._transport: StdioTransport | None = None
         self._session_id: str | None = None
         self._cost_before: float = 0.0  # the session's cumulative cost when this turn began
@@ -75,13 +74,12 @@ class AcpRun(ProviderRun[Config]):
         process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
         from supervisor import _sdk_logging
-        from supervisor.providers.acp._client import FrameObserver, UnattendedClient
+        from supervisor.providers.acp._client import UnattendedClient
         from supervisor.providers.acp._transport import StdioTransport
 
         self._client = UnattendedClient(
             policy=config.permission, output=CappedText(config.max_output_bytes), on_output=self.note_output
         )
-        self._observer = FrameObserver()
         self._transport = StdioTransport(
             process.stdout,
             process.stdin,
@@ -89,7 +87,9 @@ class AcpRun(ProviderRun[Config]):
             max_inflight=config.max_inflight_requests,
         )
         with _sdk_logging.routed():  # every task the SDK spawns for this connection inherits it
-            self._conn = acp.connect_to_agent(self._client, self._transport, observers=[self._observer])
+            # No stream observer: the SDK deep-copies every frame for each one.  What the run
+            # reads from raw frames, the transport keeps (``StdioTransport.raw``).
+            self._conn = acp.connect_to_agent(self._client, self._transport)
         try:
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
@@ -112,7 +112,7 @@ class AcpRun(ProviderRun[Config]):
             raise StepFailed(self.failure("protocol")) from exc
         except Exception as exc:
             raise StepFailed(await self._startup_failure(exc)) from exc
-        if not self._observer.has_session_id():
+        if not self._transport.raw.has_session_id():
             raise StepFailed(self.failure("protocol"))
         self._session_id = self._client.session_id = session.session_id
         self.fact(AcpEvent.SESSION_CREATED)
@@ -182,8 +182,8 @@ class AcpRun(ProviderRun[Config]):
         return Usage.from_reported(fields)
 
     def _raw_stop_reason(self) -> str | None:
-        assert self._observer is not None
-        raw = self._observer.raw_stop_reason()
+        assert self._transport is not None
+        raw = self._transport.raw.raw_stop_reason()
         return raw if isinstance(raw, str) else None
 
     def _stop_result(self, stop_reason: str | None) -> SubagentResult:
@@ -246,9 +246,9 @@ class AcpRun(ProviderRun[Config]):
 
     def begin_turn(self) -> None:
         assert self._client is not None
-        assert self._observer is not None
+        assert self._transport is not None
         self._client.next_turn(CappedText(self.config.max_output_bytes))
-        self._observer.next_turn()
+        self._transport.raw.next_turn()
         self._cost_before = self._client.cost_usd or 0.0
         self._usage = None
 

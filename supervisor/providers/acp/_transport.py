@@ -16,6 +16,10 @@ limit.  This transport, handed to ``connect_to_agent`` instead of the raw stream
 
 Ending the stream makes the SDK reject every pending request with a connection error;
 the run then reads :attr:`StdioTransport.fault` to classify the failure as ``protocol``.
+
+It also keeps the raw results the provider classifies itself (:class:`RawResults`), read
+from the frames it handles anyway: an SDK stream observer would get a deep copy of every
+frame in both directions (about a tenth of the parent's CPU per example-agent run).
 """
 
 from __future__ import annotations
@@ -48,6 +52,47 @@ def is_json_rpc(message: object) -> bool:
     return "id" in message and ("result" in message) != ("error" in message)
 
 
+class RawResults:
+    """The raw ``result`` of ``session/new`` and ``session/prompt``, as the child sent it.
+
+    The SDK rejects an out-of-vocabulary stop reason or a missing session id while it
+    validates, and the provider must still classify those, without ever copying the value.
+    The request's method is noted before the request is written, so its answer can never
+    arrive first.
+    """
+
+    WATCHED = ("session/new", "session/prompt")
+
+    def __init__(self) -> None:
+        self._methods: dict[int | str, str] = {}
+        self.results: dict[str, object] = {}
+
+    def sent(self, message: dict[str, Any]) -> None:
+        method, rid = message.get("method"), message.get("id")
+        if method in self.WATCHED and isinstance(rid, int | str):
+            self._methods[rid] = method
+
+    def received(self, message: dict[str, Any]) -> None:
+        rid = message.get("id")
+        if "method" in message or not isinstance(rid, int | str):
+            return
+        method = self._methods.pop(rid, None)
+        if method is not None and "result" in message:
+            self.results[method] = message["result"]
+
+    def next_turn(self) -> None:
+        """Forget the previous turn's ``session/prompt`` result (a conversation's next turn)."""
+        self.results.pop("session/prompt", None)
+
+    def raw_stop_reason(self) -> object:
+        result = self.results.get("session/prompt")
+        return result.get("stopReason") if isinstance(result, dict) else None
+
+    def has_session_id(self) -> bool:
+        result = self.results.get("session/new")
+        return isinstance(result, dict) and isinstance(result.get("sessionId"), str)
+
+
 class StdioTransport:
     """An ``acp`` message transport (``send``/``receive``/``close``) over the child's pipes."""
 
@@ -67,9 +112,11 @@ class StdioTransport:
         self.ended = anyio.Event()
         """Set once the stream has ended (EOF, a fault, or closed): no more messages."""
         self.fault: WireFault | None = None
+        self.raw = RawResults()
 
     async def send(self, message: dict[str, Any]) -> None:
         data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+        self.raw.sent(message)
         async with self._write_lock:
             if self._writer.is_closing():  # asyncio would drop the data and warn on stderr
                 raise ConnectionResetError("the child's stdin is closed")
@@ -107,6 +154,7 @@ class StdioTransport:
             if "method" in message and "id" in message and not self._inbound.admit():
                 self._end(WireFault.TOO_MANY_REQUESTS)
                 break
+            self.raw.received(message)
             return dict(message)
         return None
 
