@@ -22,7 +22,8 @@ def test_the_results_of_watched_requests_are_kept_as_sent() -> None:
 def test_requests_errors_and_odd_ids_from_the_child_are_not_results() -> None:
     raw = RawResults()
     raw.sent({"jsonrpc": "2.0", "id": 0, "method": "session/prompt", "params": {}})
-    raw.received({"jsonrpc": "2.0", "id": 0, "method": "session/prompt", "params": {}})  # a request of its own
+    # a request of the child's own with the same id
+    raw.received({"jsonrpc": "2.0", "id": 0, "method": "session/prompt", "params": {}})
     raw.received({"jsonrpc": "2.0", "id": [0], "result": {"stopReason": "x"}})  # unhashable: ignored
     raw.received({"jsonrpc": "2.0", "id": {"a": 1}, "error": {"code": 1, "message": "m"}})
     assert raw.raw_stop_reason() is None
