@@ -44,7 +44,9 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
-from statemachine import State, StateChart
+from statemachine import State
+
+from machines._shared import SharedCallbacksChart
 
 SETTLED = "settled"
 IDLE = "idle"
@@ -75,19 +77,18 @@ class CommonEvent(enum.StrEnum):
 
 
 class _StageTracker:
-    """Listener that remembers the stages entered and the facts received (kept off the
-    chart so diagrams stay clean)."""
+    """Remembers the stages entered and the facts received (kept off the chart so
+    diagrams stay clean).  The charts are flat: a transition's target is the one state
+    it enters, and the initial stage is entered when the chart is built."""
 
     def __init__(self, stages: tuple[str, ...]) -> None:
         self.stages = stages
-        self.current: str | None = None
-        self.entered: list[str] = []
+        self.current: str | None = stages[0] if stages else None
+        self.entered: list[str] = list(stages[:1])
         self.seen: set[str] = set()
 
-    def after_transition(self, event: Any) -> None:
+    def transition(self, event: Any, target: Any) -> None:
         self.seen.add(str(event))
-
-    def on_enter_state(self, target: Any) -> None:
         name: str = target.name
         if name in self.stages:
             self.current = name
@@ -95,7 +96,7 @@ class _StageTracker:
                 self.entered.append(name)
 
 
-class Lifecycle(StateChart["Lifecycle"]):
+class Lifecycle(SharedCallbacksChart):
     """Base of every generated provider lifecycle chart."""
 
     catch_errors_as_events = False
@@ -109,7 +110,11 @@ class Lifecycle(StateChart["Lifecycle"]):
 
     def __init__(self, *, listeners: list[Any] | None = None) -> None:
         self._tracker = _StageTracker(self.STAGES)
-        super().__init__(listeners=[self._tracker, *(listeners or [])])
+        super().__init__(listeners=listeners)
+
+    def _transition_happened(self, event: Any, source: Any, target: Any) -> None:
+        self._tracker.transition(event, target)  # before any listener, which may read the stage
+        super()._transition_happened(event, source, target)
 
     @property
     def state_name(self) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from statemachine import State, StateChart
+from statemachine import State
+
+from machines._shared import SharedCallbacksChart
 
 
-class TeardownLadder(StateChart["TeardownLadder"]):
+class TeardownLadder(SharedCallbacksChart):
     """EOF -> SIGTERM -> SIGKILL over a whole process tree."""
 
     catch_errors_as_events = False

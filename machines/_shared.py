@@ -1,0 +1,101 @@
+"""Charts whose callback registry is built once per class instead of once per instance.
+
+Why
+---
+python-statemachine resolves every callback of a chart when an instance is built: it
+lists the attributes of the chart, its model and each listener (``dir``), walks every
+state and transition, and wraps each callback found in a signature adapter.  A run
+builds two charts (its lifecycle and the teardown ladder), and that registration was the
+largest single share of the parent's CPU per run.  Each ``send`` then calls every
+listener's callbacks through those adapters.
+
+How
+---
+A :class:`SharedCallbacksChart` registers one listener with the library: a stateless
+relay whose ``after_transition`` hands the transition to the instance it happened on.
+The registry built that way holds no reference to any instance, so the first instance
+of a class builds it and every later one reuses it.  The instance then tells its own
+listeners in plain Python.  Listeners of the types in :data:`RELAYED` (the audit trail:
+its one callback is ``after_transition(event, source, target, machine)``) are relayed;
+any other listener, a chart class with callbacks of its own, or ``add_listener`` takes
+the library's normal per-instance registration, so every chart behaves exactly as
+python-statemachine documents.  The engine (transition selection, the strictness, the
+errors) is the library's, untouched.
+
+This leans on two private parts of python-statemachine 3.x (``_register_callbacks`` and
+the registry's ``_registry`` of executors, each wrapper's ``unique_key``), pinned by the
+project's dependency range; upstream, a per-class registry (callbacks bound to the
+instance only at call time) would make this module unnecessary.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Final
+
+from statemachine import StateChart
+
+from machines._audit import AuditTrail
+
+RELAYED: Final = (AuditTrail,)
+"""Listener types whose only callback is ``after_transition(event, source, target, machine)``."""
+
+
+class _Relay:
+    """The one listener of a shared-registry chart (stateless: one for every chart)."""
+
+    def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
+        machine._transition_happened(event, source, target)
+
+
+_RELAY: Final = _Relay()
+_RELAY_KEY: Final = f"@{id(_RELAY)}"  # how the library keys a callback found on the relay
+
+# Per chart class: its shared registry, or None when its callbacks cannot be shared.
+_registries: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+
+
+def _relay_only(registry: Any) -> bool:
+    """Whether every callback in ``registry`` was found on the relay (none on an instance)."""
+    return all(
+        wrapper.unique_key.endswith(_RELAY_KEY)
+        for executor in registry._registry.values()
+        for wrapper in executor
+    )
+
+
+class SharedCallbacksChart(StateChart[Any]):
+    """A ``StateChart`` that builds its callback registry once per class (see the module)."""
+
+    def __init__(self, *, listeners: list[Any] | None = None) -> None:
+        given = list(listeners or [])
+        relayed = all(type(listener) in RELAYED for listener in given)
+        self._relayed: list[Any] = given if relayed else []
+        super().__init__(listeners=[_RELAY] if relayed else [_RELAY, *given])
+
+    def _transition_happened(self, event: Any, source: Any, target: Any) -> None:
+        """A transition was taken: tell the relayed listeners, in the order given."""
+        for listener in self._relayed:
+            listener.after_transition(event, source, target, self)
+
+    def _register_callbacks(self, listeners: list[object]) -> None:
+        if len(listeners) != 1 or listeners[0] is not _RELAY:
+            super()._register_callbacks(listeners)
+            return
+        cls = type(self)
+        shared = _registries.get(cls, False)
+        if shared:
+            self._listeners[id(_RELAY)] = _RELAY
+            self._callbacks = shared
+            return
+        super()._register_callbacks(listeners)
+        if shared is False:  # the class's first instance decides for all of them
+            _registries[cls] = self._callbacks if _relay_only(self._callbacks) else None
+
+    def add_listener(self, *listeners: Any) -> Any:
+        """python-statemachine's ``add_listener``, on a registry of this instance's own."""
+        if self._callbacks is _registries.get(type(self)):
+            own = type(self._callbacks)()
+            self._callbacks = own
+            super()._register_callbacks([_RELAY])  # the same callbacks, in a private registry
+        return super().add_listener(*listeners)  # type: ignore[no-untyped-call]  # the library leaves it untyped

@@ -1,0 +1,113 @@
+"""Charts build their callback registry once per class (``machines/_shared.py``), and behave
+exactly as python-statemachine documents whatever listeners they are given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from statemachine.exceptions import TransitionNotAllowed
+
+from machines import AuditTrail, CommonEvent, TeardownLadder
+from machines.acp import AcpEvent, AcpLifecycle
+
+HAPPY: tuple[AcpEvent | CommonEvent, ...] = (
+    AcpEvent.INITIALIZE_ANSWERED,
+    AcpEvent.SESSION_CREATED,
+    AcpEvent.STOP_REASON_RECEIVED,
+    CommonEvent.DISPOSE_REQUESTED,
+    CommonEvent.TREE_GONE,
+)
+
+
+def story(trail: AuditTrail) -> list[tuple[str, str, str, str]]:
+    return [(e.event, e.source, e.target, e.machine) for e in trail.entries]
+
+
+def test_instances_of_a_class_share_one_registry_and_nothing_else() -> None:
+    first, second = AuditTrail("one"), AuditTrail("two")
+    a = AcpLifecycle(listeners=[first])
+    b = AcpLifecycle(listeners=[second])
+    assert a._callbacks is b._callbacks
+    assert TeardownLadder(listeners=[first])._callbacks is TeardownLadder()._callbacks
+    a.send(AcpEvent.INITIALIZE_ANSWERED)
+    b.send(AcpEvent.SPAWN_FAILED)
+    assert story(first) == [("initialize_answered", "initialize", "new-session", "lifecycle")]
+    assert story(second) == [("spawn_failed", "initialize", "process", "lifecycle")]
+    assert (a.stage, b.stage) == ("new-session", "process")
+    assert a.has_seen(AcpEvent.INITIALIZE_ANSWERED)
+    assert not b.has_seen(AcpEvent.INITIALIZE_ANSWERED)
+
+
+def test_the_stages_and_the_audit_of_a_whole_run() -> None:
+    trail = AuditTrail("run")
+    machine = AcpLifecycle(listeners=[trail])
+    assert (machine.stage, machine.stages_entered) == ("initialize", ("initialize",))
+    for event in HAPPY[:3]:
+        machine.send(event)
+    machine.send(AcpEvent.STOP_REASON_RECEIVED)  # a late fact: a self-loop on settled
+    for event in HAPPY[3:]:
+        machine.send(event)
+    assert machine.state_name == "quiescent"
+    assert machine.stages_entered == ("initialize", "new-session", "prompt", "teardown")
+    assert story(trail)[3] == ("stop_reason_received", "settled", "settled", "lifecycle")
+    assert len(trail.entries) == 6
+    with pytest.raises(TransitionNotAllowed):
+        machine.send(AcpEvent.SESSION_CREATED)
+
+
+class Foreign:
+    """A listener of a type the relay does not know: the library registers it as usual."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def on_enter_prompt(self) -> None:
+        self.seen.append(("enter", "prompt"))
+
+    def after_transition(self, event: Any, target: Any) -> None:  # a narrower signature
+        self.seen.append((str(event), target.name))
+
+
+def test_any_other_listener_gets_the_library_s_own_registration() -> None:
+    foreign, trail = Foreign(), AuditTrail("run")
+    machine = AcpLifecycle(listeners=[foreign, trail])
+    assert machine._callbacks is not AcpLifecycle(listeners=[AuditTrail("x")])._callbacks
+    machine.send(AcpEvent.INITIALIZE_ANSWERED)
+    machine.send(AcpEvent.SESSION_CREATED)
+    assert foreign.seen == [
+        ("initialize_answered", "new-session"),
+        ("enter", "prompt"),
+        ("session_created", "prompt"),
+    ]
+    assert [e.event for e in trail.entries] == ["initialize_answered", "session_created"]
+    assert machine.stage == "prompt"
+
+
+class Noted(AcpLifecycle):  # type: ignore[misc,valid-type]
+    """A chart class with a callback of its own, bound to each instance."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.notes: list[str] = []
+        super().__init__(**kwargs)
+
+    def on_enter_settled(self) -> None:
+        self.notes.append("settled")
+
+
+def test_a_chart_with_callbacks_of_its_own_keeps_a_registry_per_instance() -> None:
+    a, b = Noted(listeners=[AuditTrail("a")]), Noted(listeners=[AuditTrail("b")])
+    assert a._callbacks is not b._callbacks
+    for event in HAPPY[:3]:
+        a.send(event)
+    assert (a.notes, b.notes) == (["settled"], [])
+
+
+def test_add_listener_does_not_reach_the_other_instances() -> None:
+    a, b = AcpLifecycle(listeners=[AuditTrail("a")]), AcpLifecycle(listeners=[AuditTrail("b")])
+    foreign = Foreign()
+    a.add_listener(foreign)
+    assert a._callbacks is not b._callbacks
+    a.send(AcpEvent.INITIALIZE_ANSWERED)
+    b.send(AcpEvent.INITIALIZE_ANSWERED)
+    assert foreign.seen == [("initialize_answered", "new-session")]
