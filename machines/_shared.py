@@ -22,6 +22,11 @@ the library's normal per-instance registration, so every chart behaves exactly a
 python-statemachine documents.  The engine (transition selection, the strictness, the
 errors) is the library's, untouched.
 
+Entering the initial state costs the engine about as much as a transition.  With a
+shared registry nothing is called on entering it, so such a chart starts the way the
+library restores a chart from a domain model: its model already holds the initial
+state's value (only for an atomic initial state and no configured start values).
+
 This leans on two private parts of python-statemachine 3.x (``_register_callbacks`` and
 the registry's ``_registry`` of executors, each wrapper's ``unique_key``), pinned by the
 project's dependency range; upstream, a per-class registry (callbacks bound to the
@@ -33,7 +38,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, Final
 
-from statemachine import StateChart
+from statemachine import State, StateChart
+from statemachine.model import Model
 
 from machines._audit import AuditTrail
 
@@ -64,6 +70,14 @@ def _relay_only(registry: Any) -> bool:
     )
 
 
+def _plain_initial(cls: type[StateChart[Any]]) -> State | None:
+    """``cls``'s initial state if entering it enters that one state and nothing else."""
+    initial: State | None = cls.initial_state
+    if initial is None or not initial.is_atomic or cls.start_configuration_values:
+        return None
+    return initial
+
+
 class SharedCallbacksChart(StateChart[Any]):
     """A ``StateChart`` that builds its callback registry once per class (see the module)."""
 
@@ -71,7 +85,13 @@ class SharedCallbacksChart(StateChart[Any]):
         given = list(listeners or [])
         relayed = all(type(listener) in RELAYED for listener in given)
         self._relayed: list[Any] = given if relayed else []
-        super().__init__(listeners=[_RELAY] if relayed else [_RELAY, *given])
+        initial = _plain_initial(type(self)) if relayed and _registries.get(type(self)) else None
+        if initial is not None:
+            model = Model()  # type: ignore[no-untyped-call]  # the library leaves it untyped
+            model.state = initial.value  # started: there is nothing to call on entry
+            super().__init__(model=model, listeners=[_RELAY])
+        else:
+            super().__init__(listeners=[_RELAY] if relayed else [_RELAY, *given])
 
     def _transition_happened(self, event: Any, source: Any, target: Any) -> None:
         """A transition was taken: tell the relayed listeners, in the order given."""

@@ -111,3 +111,39 @@ def test_add_listener_does_not_reach_the_other_instances() -> None:
     a.send(AcpEvent.INITIALIZE_ANSWERED)
     b.send(AcpEvent.INITIALIZE_ANSWERED)
     assert foreign.seen == [("initialize_answered", "new-session")]
+
+
+def test_later_instances_start_where_the_first_did() -> None:
+    """A chart with a shared registry starts from its model (nothing runs on entering the
+    initial state); it must be indistinguishable from one whose engine entered it."""
+    first = AcpLifecycle(listeners=[AuditTrail("first")])
+    later = AcpLifecycle(listeners=[AuditTrail("later")])
+    for machine in (first, later):
+        assert machine.state_name == "initialize"
+        assert [s.id for s in machine.configuration] == ["initialize"]
+        with pytest.raises(TransitionNotAllowed):
+            machine.send(CommonEvent.TREE_GONE)
+        assert machine.state_name == "initialize"
+        for event in HAPPY:
+            machine.send(event)
+        assert machine.state_name == "quiescent"
+        assert machine.is_terminated
+    ladder = TeardownLadder()
+    assert ladder.rung == "running"
+    ladder.send("stdin_closed")
+    assert ladder.rung == "eof-wait"
+
+
+class EntersInitialize:
+    def __init__(self) -> None:
+        self.entered = 0
+
+    def on_enter_initialize(self) -> None:
+        self.entered += 1
+
+
+def test_a_listener_of_the_initial_state_sees_it_entered() -> None:
+    AcpLifecycle(listeners=[AuditTrail("warm")])  # the class's registry is shared by now
+    listener = EntersInitialize()
+    AcpLifecycle(listeners=[listener])
+    assert listener.entered == 1

@@ -1,0 +1,61 @@
+"""Where the parent's CPU per run goes: cProfile over serial example-agent runs.
+
+Run: ``python -m benchmarks.profile_runs [RUNS] [cgroup|process-tree] [N]`` (default 150
+runs, the best containment available, one at a time; ``N`` runs at once in batches).  Prints the functions by own time and by cumulative
+time, and the parent CPU per run with the profiler off, measured around the same runs
+beforehand (the profiler itself roughly doubles what it measures).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from supervisor import Registry, StopReason, SubagentRequest
+from supervisor.process import ContainmentMode
+from supervisor.providers.acp import Provider, example_agent_config
+
+
+async def runs(count: int, mode: ContainmentMode, cwd: Path, concurrent: int = 1) -> float:
+    registry = Registry()
+    registry.register(Provider(example_agent_config(containment=mode)))
+
+    async def one() -> None:
+        async with registry.run("acp", SubagentRequest(task="say hello", parent_cwd=cwd)) as run:
+            result = await run.result()
+        assert result.stop_reason == StopReason.COMPLETED, result
+
+    started = time.process_time()
+    for _ in range(0, count, concurrent):
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrent):
+                tg.start_soon(one)
+    return (time.process_time() - started) / count
+
+
+def main(argv: list[str]) -> None:
+    count = int(argv[1]) if len(argv) > 1 else 150
+    mode = ContainmentMode(argv[2]) if len(argv) > 2 else ContainmentMode.AUTO
+    concurrent = int(argv[3]) if len(argv) > 3 else 1
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        anyio.run(runs, 5, mode, cwd, backend="asyncio")  # warm-up: imports, schema builds
+        plain = anyio.run(runs, count, mode, cwd, concurrent, backend="asyncio")
+        profile = cProfile.Profile(time.thread_time)  # CPU of the loop thread only
+        profile.enable()
+        anyio.run(runs, count, mode, cwd, concurrent, backend="asyncio")
+        profile.disable()
+    print(f"{count} runs ({mode.value}, {concurrent} at once): parent CPU per run without the profiler {plain * 1000:.2f} ms")
+    stats = pstats.Stats(profile).strip_dirs()
+    stats.sort_stats("tottime").print_stats(35)
+    stats.sort_stats("cumulative").print_stats(60)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
