@@ -103,6 +103,33 @@ async def test_only_agent_message_text_is_collected(tmp_path: Path) -> None:
     assert result.output == "just this"
 
 
+def chunk(session: str, text: str, **extra: Any) -> dict[str, Any]:
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    return {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": session, "update": update, **extra},
+    }
+
+
+async def test_session_updates_are_taken_as_the_sdk_takes_them(tmp_path: Path) -> None:
+    """Valid chunks of the session count (``_meta`` included), in order; another session's,
+    and any the SDK's model rejects, are dropped and the run goes on."""
+    frames = [
+        chunk("s1", "one "),
+        chunk("another-session", "not this "),
+        {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s1"}},
+        {"jsonrpc": "2.0", "method": "session/update", "params": ["s1"]},
+        {"jsonrpc": "2.0", "method": "session/update"},
+        chunk("s1", 7),  # type: ignore[arg-type]  # text that is not a string
+        chunk("s1", "two ", _meta={"from": "the child"}),
+        chunk("s1", "three "),
+    ]
+    config = child(SESSION_ID="s1", FRAMES_AT="prompt", FRAMES=json.dumps(frames), TEXT="zero")
+    result, _ = await run_once(config, tmp_path)
+    assert result == SubagentResult(output="zeroone two three ", stop_reason="completed")  # the text first
+
+
 # -- permissions --------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from acp.schema import (
     DeniedOutcome,
     PermissionOption,
     RequestPermissionResponse,
+    SessionNotification,
     TextContentBlock,
     ToolCallUpdate,
     UsageUpdate,
@@ -75,6 +76,14 @@ class UnattendedClient:
         if isinstance(update.content, TextContentBlock) and update.content.text:
             self.output.add(update.content.text)
             self._on_output()
+
+    async def take_update(self, params: object) -> None:
+        """A raw ``session/update`` notification, straight from the transport: validated with
+        the SDK's model and passed on exactly as the SDK's router would (a failure raises)."""
+        notification = SessionNotification.model_validate(params)
+        await self.session_update(
+            notification.session_id, notification.update, **(notification.field_meta or {})
+        )
 
     async def request_permission(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any

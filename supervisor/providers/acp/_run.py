@@ -85,6 +85,7 @@ class AcpRun(ProviderRun[Config]):
             process.stdin,
             max_frame_bytes=config.max_frame_bytes,
             max_inflight=config.max_inflight_requests,
+            session_update=self._client.take_update,
         )
         with _sdk_logging.routed():  # every task the SDK spawns for this connection inherits it
             # No stream observer: the SDK deep-copies every frame for each one.  What the run

@@ -20,6 +20,12 @@ the run then reads :attr:`StdioTransport.fault` to classify the failure as ``pro
 It also keeps the raw results the provider classifies itself (:class:`RawResults`), read
 from the frames it handles anyway: an SDK stream observer would get a deep copy of every
 frame in both directions (about a tenth of the parent's CPU per example-agent run).
+
+And it hands ``session/update`` notifications to the client itself (``session_update``),
+in the order they arrive, before the next frame reaches the SDK: the SDK would spawn a
+task, open a span and route each one (a streamed answer is dozens of them), and its
+``prompt`` waits for those tasks anyway before it returns.  The client validates each
+with the SDK's own model, so what it accepts and drops is the SDK's.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -34,6 +41,8 @@ import anyio
 from supervisor._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
 from supervisor.wire import FrameTooDeep, InboundRequests, parse_frame
+
+SESSION_UPDATE = "session/update"
 
 
 class WireFault(enum.Enum):
@@ -103,8 +112,10 @@ class StdioTransport:
         *,
         max_frame_bytes: int,
         max_inflight: int,
+        session_update: Callable[[object], Awaitable[None]] | None = None,
     ) -> None:
         self._lines = LineReader(reader, max_frame_bytes)
+        self._session_update = session_update
         self._writer = writer
         self._inbound = InboundRequests(max_inflight)
         self._write_lock = anyio.Lock()
@@ -155,6 +166,16 @@ class StdioTransport:
                 self._end(WireFault.TOO_MANY_REQUESTS)
                 break
             self.raw.received(message)
+            if (
+                self._session_update is not None
+                and message.get("method") == SESSION_UPDATE
+                and "id" not in message
+            ):
+                try:
+                    await self._session_update(message.get("params"))
+                except Exception as exc:  # what the SDK does with a notification that fails
+                    raw_failure("ACP child: a session/update notification failed", exc=exc)
+                continue
             return dict(message)
         return None
 
