@@ -82,3 +82,50 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
         _ = supervisor.Nope
     assert "Registry" in dir(supervisor)
+
+
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_the_quick_exit_flushes_and_runs_the_exit_handlers() -> None:
+    proc = python(
+        "import atexit, sys\n"
+        "from supervisor.cli._main import _quick_exit\n"
+        "atexit.register(print, 'from a handler')\n"
+        "sys.stdout.write('buffered ')\n"
+        "sys.stderr.write('to stderr')\n"
+        "_quick_exit(3)\n"
+        "print('not reached')"
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "buffered from a handler\n", "to stderr")
+
+
+def test_a_live_thread_keeps_the_interpreter_s_own_exit() -> None:
+    """A non-daemon thread still running is waited for, as the interpreter always does."""
+    proc = python(
+        "import threading\n"
+        "from supervisor.cli._main import _quick_exit\n"
+        "go = threading.Event()\n"
+        "t = threading.Thread(target=lambda: (go.wait(), print('the thread finished')))\n"
+        "t.start()\n"
+        "_quick_exit(0)\n"
+        "print('back in the main thread')\n"
+        "go.set()"
+    )
+    assert (proc.returncode, proc.stdout) == (0, "back in the main thread\nthe thread finished\n")
+
+
+def test_main_returns_the_status_and_the_executable_exits_with_it(tmp_path: Path) -> None:
+    from supervisor.cli import main
+
+    assert main(["run", "--timeout", "-1", "x"]) == 2  # in-process callers get the status back
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--timeout", "-1", "x"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "subagents: --timeout must be a positive number of seconds\n"

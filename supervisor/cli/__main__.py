@@ -1,7 +1,5 @@
 """``python -m supervisor.cli``: the ``subagents`` command."""
 
-import sys
+from supervisor.cli._main import console
 
-from supervisor.cli._main import main
-
-sys.exit(main())
+console()
