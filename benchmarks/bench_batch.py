@@ -11,6 +11,8 @@ time (``concurrency=1``) and then N/10 runs at full concurrency, interleaved:
 - the same against the batch's own records (their ``duration_s`` summed), which removes
   the runs' slowdown from sharing the CPUs and leaves the batch's own scheduling;
 - this process's RSS (the batch's parent), sampled after every 100 records.
+
+Goal (SPEC 19): batch / ideal <= 1.15.  The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ async def run(items: list[dict[str, str]], concurrency: int, rss: list[float]) -
 
 async def main(n: int) -> None:
     concurrency = os.cpu_count() or 1
+    print("load average before: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     per_round = n // ROUNDS
     ideal = wall = own = 0.0
     singles: list[float] = []
@@ -62,9 +65,12 @@ async def main(n: int) -> None:
         own += sum(durations) / concurrency
     print(f"{per_round * ROUNDS} tasks in {ROUNDS} rounds, concurrency {concurrency}")
     print(f"single run alone: mean per round {min(singles) * 1000:.1f} .. {max(singles) * 1000:.1f} ms")
+    verdict = "met" if wall / ideal <= 1.15 else "NOT met"
     print(f"batch wall {wall:.2f} s; ideal {ideal:.2f} s; batch / ideal = {wall / ideal:.3f}")
+    print(f"goal (SPEC 19): batch / ideal <= 1.15: {verdict}")
     print(f"against the batch's own run walls: {own:.2f} s; batch / that = {wall / own:.3f}")
     print(f"parent RSS MiB every 100 records: {' '.join(f'{v:.1f}' for v in rss)}")
+    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 def cli(argv: list[str] | Any) -> None:

@@ -14,6 +14,10 @@ round, and prints per-run parent CPU (``time.process_time``, worker threads incl
 and wall time (of the whole batch, divided by N), the ratios to the baseline, and the
 spurious escalations: runs whose audit shows ``eof_grace_expired`` although the
 example agent exits at stdin EOF at once.
+
+Goals (SPEC 19), printed with a verdict at the end: parent CPU per run <= 3x the baseline
+at N = 1 and N = 100, wall per run <= 1.25x at N = 100.  The machine's load average is
+printed before and after: ratios taken while other work loads the cores are noisy.
 """
 
 from __future__ import annotations
@@ -158,6 +162,35 @@ def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
         )
 
 
+CPU_GOAL, WALL_GOAL = 3.0, 1.25
+
+
+def verdicts(figures: dict[int, dict[str, tuple[float, float, int]]]) -> None:
+    """The SPEC 19 goals against the levels measured."""
+    print("\ngoals (SPEC 19):")
+    for n, wall_too in ((1, False), (100, True)):
+        if n not in figures:
+            continue
+        base_cpu, base_wall, _ = figures[n]["baseline"]
+        for name, (cpu, wall, _) in figures[n].items():
+            if name == "baseline":
+                continue
+            cpu_x = cpu / base_cpu
+            line = f"  N = {n:<4} {name:14} CPU {cpu_x:5.2f}x (<= {CPU_GOAL}: {_met(cpu_x <= CPU_GOAL)})"
+            if wall_too:
+                wall_x = wall / base_wall
+                line += f"; wall {wall_x:5.2f}x (<= {WALL_GOAL}: {_met(wall_x <= WALL_GOAL)})"
+            print(line)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def foreign_processes(count: int) -> list[int]:
     """``count`` idle ``sleep``s that are no descendants of this process (children of PID 1)."""
     was = subreaper_enabled()
@@ -176,11 +209,14 @@ async def main() -> None:
     if found.cgroup_base is not None:
         modes.insert(0, ContainmentMode.CGROUP)
     print(f"containment available: {found.mode.value} ({found.reason}); rounds {ROUNDS}, serial {SERIAL}")
+    print(f"load average before: {load()}")
+    by_level: dict[int, dict[str, tuple[float, float, int]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         quiet: dict[str, tuple[float, float, int]] = {}
         for n in levels():
             figures = await measure(n, cwd, modes)
+            by_level[n] = figures
             if n == 1:
                 quiet = figures
             report(f"N = {n}", figures)
@@ -196,6 +232,8 @@ async def main() -> None:
             print("  per-run CPU with / without the foreign processes:")
             for name in figures:
                 print(f"    {name:14} {figures[name][0] / quiet[name][0]:5.2f}x")
+    verdicts(by_level)
+    print(f"load average after: {load()}")
 
 
 if __name__ == "__main__":
