@@ -11,7 +11,8 @@ interleaved, ``BENCH_ROUNDS`` times (default 15); the figures are medians of wal
 - ``subagents run "say hello"`` (the built-in example agent, to its exit) against
   ``python -c "import acp"``: goal <= that + 200 ms.  Both references end with ``os._exit(0)``
   once imported: their time is the import's, not the interpreter's teardown after it;
-- ``python -c pass``: the interpreter alone, for scale.
+- ``python -c pass``: the interpreter alone, for scale; and the same run through ``main()`` with the
+  interpreter's own exit, for what the executable's quick exit saves.
 
 Bytecode: the package is compiled first (``compileall``), as an installed wheel would be; an
 editable install in an environment with ``PYTHONDONTWRITEBYTECODE`` otherwise recompiles every
@@ -42,6 +43,8 @@ MCP_IMPORT = (
 )
 ACP_IMPORT = "import acp, os"
 END = "; os._exit(0)"
+# What the quick exit saves: the same run through main(), then the interpreter's own exit.
+OWN_EXIT = "import sys; from supervisor.cli import main; sys.exit(main(['run', 'say hello']))"
 HEAVY = (
     "supervisor.cli",
     "supervisor.batching",
@@ -123,6 +126,7 @@ def main() -> None:
             'subagents run "say hello" (to exit)': lambda: timed(
                 [str(SUBAGENTS), "run", "say hello"], cwd=cwd
             ),
+            "the same, with the interpreter's own exit": lambda: timed([PYTHON, "-c", OWN_EXIT], cwd=cwd),
         }
         for measure in contenders.values():  # warm the page cache
             measure()

@@ -55,9 +55,34 @@ def main(argv: list[str]) -> None:
         profile.disable()
     print(f"{count} runs ({mode.value}, {concurrent} at once)")
     print(f"parent CPU per run without the profiler: {plain * 1000:.2f} ms")
+    by_package(pstats.Stats(profile))
     stats = pstats.Stats(profile).strip_dirs()
     stats.sort_stats("tottime").print_stats(35)
     stats.sort_stats("cumulative").print_stats(60)
+
+
+PACKAGES = (
+    ("site-packages/statemachine/", "python-statemachine"),
+    ("site-packages/acp/", "the ACP SDK"),
+    ("site-packages/pydantic", "pydantic"),
+    ("site-packages/anyio/", "anyio"),
+    ("/asyncio/", "asyncio"),
+    ("/machines/", "ours (machines, supervisor)"),
+    ("/supervisor/", "ours (machines, supervisor)"),
+)
+
+
+def by_package(stats: pstats.Stats) -> None:
+    """Own time of the loop's thread, grouped by where the code lives (built-ins: 'other')."""
+    shares: dict[str, float] = {}
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]] = stats.stats  # type: ignore[attr-defined]
+    for (filename, _line, _name), (_cc, _nc, own, _cum, _callers) in raw.items():
+        group = next((label for key, label in PACKAGES if key in filename), "other (stdlib, built-ins)")
+        shares[group] = shares.get(group, 0.0) + own
+    total = sum(shares.values())
+    print("own time of the loop's thread, by package:")
+    for group, own in sorted(shares.items(), key=lambda item: -item[1]):
+        print(f"  {own / total:6.1%}  {group}")
 
 
 if __name__ == "__main__":
