@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._consumers import settle_job as settle_job
     from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
     from supervisor._errors import ConfigurationError as ConfigurationError
+    from supervisor._errors import ConversationEnd as ConversationEnd
+    from supervisor._errors import ConversationOver as ConversationOver
     from supervisor._errors import DuplicateProvider as DuplicateProvider
     from supervisor._errors import InvalidRequest as InvalidRequest
     from supervisor._errors import NoProvider as NoProvider
@@ -36,10 +38,8 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._errors import StartFailed as StartFailed
     from supervisor._errors import SubagentError as SubagentError
     from supervisor._errors import TeardownFailed as TeardownFailed
-    from supervisor._errors import UnsupportedCapability as UnsupportedCapability
     from supervisor._errors import TurnInProgress as TurnInProgress
-    from supervisor._errors import ConversationOver as ConversationOver
-    from supervisor._errors import ConversationEnd as ConversationEnd
+    from supervisor._errors import UnsupportedCapability as UnsupportedCapability
     from supervisor._handle import Run as Run
     from supervisor._host_limits import set_host_ceiling as set_host_ceiling
     from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
