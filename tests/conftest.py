@@ -32,6 +32,8 @@ from supervisor.process import (
     detect_containment,
     host_group_name,
     keeper_pid,
+    own_orphans,
+    owns_orphans,
     set_subreaper,
     subreaper_enabled,
 )
@@ -226,6 +228,7 @@ def no_leaked_processes() -> Iterator[None]:
     before = {p.pid for p in leftovers()}
     leaves_before = set(run_cgroups())
     subreaper = subreaper_enabled()
+    orphans_owned = owns_orphans()
     yield
     try:
         check_leftovers(before, leaves_before)
@@ -234,6 +237,9 @@ def no_leaked_processes() -> Iterator[None]:
         # tests' orphans (of a CLI or server they start) would then become zombies here.
         if subreaper_enabled() != subreaper:
             set_subreaper(subreaper)
+        # A test that called the CLI's ``main()`` in this process declared ``own_orphans()``:
+        # the fallback's rules for later tests are the embedder's default again.
+        own_orphans(orphans_owned)
 
 
 def check_leftovers(before: set[int], leaves_before: set[Path]) -> None:
