@@ -16,7 +16,8 @@ and exit 1).  This transport:
   write), ends the read side, so the server's loop returns; whatever the server still
   writes is dropped.
 
-A wire the event loop cannot watch (a regular file) is read in a worker thread and
+A wire the event loop cannot watch (a regular file, or ``/dev/null``: epoll refuses both,
+and asyncio would only log that refusal and wait for ever) is read in a worker thread and
 written directly: a file never blocks for long.  Both descriptors are put back as they
 were (blocking mode included: a terminal is shared with the shell) when the session ends.
 """
@@ -28,6 +29,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import select
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -74,6 +76,17 @@ class _Claim:
             os.dup2(self.private, self.fd)
         with contextlib.suppress(OSError):
             os.close(self.private)
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the event loop can watch ``fd``: asyncio accepts a character device such as
+    ``/dev/null`` as a pipe, but epoll refuses it (EPERM) in a callback nobody awaits."""
+    with select.epoll() as probe:
+        try:
+            probe.register(fd, select.EPOLLIN)
+        except PermissionError:
+            return False
+    return True
 
 
 def _claim(fd: int, replacement: int) -> _Claim:
@@ -126,6 +139,8 @@ async def _read(fd: int, sink: MemoryObjectSendStream[Inbound], session: _Sessio
             pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
             stream = asyncio.StreamReader(limit=limit, loop=loop)
             try:
+                if not _pollable(fd):
+                    raise ValueError("not pollable")
                 transport, _ = await loop.connect_read_pipe(
                     lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe
                 )
@@ -204,7 +219,8 @@ async def _write(fd: int, source: MemoryObjectReceiveStream[SessionMessage], ses
     protocol = _WireOut(session)
     transport: asyncio.WriteTransport | None = None
     with contextlib.suppress(ValueError):  # a file: plain writes
-        transport, _ = await loop.connect_write_pipe(lambda: protocol, pipe)
+        if _pollable(fd):
+            transport, _ = await loop.connect_write_pipe(lambda: protocol, pipe)
     try:
         async with source:
             async for message in source:

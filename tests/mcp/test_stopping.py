@@ -240,3 +240,21 @@ def test_a_server_killed_between_runs_leaves_no_group(tmp_path: Path) -> None:
         assert not group.exists()
     assert not tagged(answer["result"]["structuredContent"]["run_id"])
     assert os.getpid()
+
+
+@pytest.mark.parametrize("stdout", ["pipe", "devnull"])
+def test_a_server_whose_stdin_is_dev_null_ends_at_once_with_exit_0(tmp_path: Path, stdout: str) -> None:
+    """``subagents mcp < /dev/null``: epoll refuses ``/dev/null`` (asyncio takes it for a
+    pipe and only logs the refusal), so the wire is read as a file: end of file, exit 0."""
+    config = write_config(tmp_path / "c.toml", graces_ms=300)
+    proc = subprocess.run(
+        [*SERVER, "--config", str(config)],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if stdout == "pipe" else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=GONE_WITHIN,
+    )
+    assert proc.returncode == 0
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")[-3000:]
+    assert proc.stdout in (b"", None)
