@@ -26,8 +26,7 @@ import os
 import shutil
 import subprocess
 
-import anyio
-
+from supervisor.process._fresh import FreshReads
 from supervisor.process._keeper_main import all_pids
 
 _CAP_SYS_ADMIN = 21
@@ -99,37 +98,6 @@ def escape_possible() -> bool:
     return not (namespace_prefix() and kernel_keeps_namespaces_in())
 
 
-class Census:
-    """Who is in which cgroup namespace, one read at a time for every run that asks.
-
-    Like the process table of the fallback: a question asked while a read is under way is
-    answered by the next read, so every answer was observed after the question.
-    """
-
-    def __init__(self) -> None:
-        self._found: dict[str, list[int]] = {}
-        self._started = 0
-        self._done = 0
-        self._reading: anyio.Event | None = None
-
-    async def fresh(self) -> dict[str, list[int]]:
-        wanted = self._started + 1
-        while self._done < wanted:
-            if self._reading is None:
-                self._started += 1
-                generation = self._started
-                reading = self._reading = anyio.Event()
-                try:
-                    self._found = await anyio.to_thread.run_sync(_read_namespaces)
-                    self._done = generation
-                finally:
-                    self._reading = None
-                    reading.set()
-            else:
-                await self._reading.wait()
-        return self._found
-
-
 def _read_namespaces() -> dict[str, list[int]]:
     ours = own_cgroup_namespace()
     me = os.getpid()
@@ -141,4 +109,5 @@ def _read_namespaces() -> dict[str, list[int]]:
     return found
 
 
-CENSUS = Census()
+# Who is in which cgroup namespace: one read at a time for every run that asks.
+CENSUS: FreshReads[dict[str, list[int]]] = FreshReads(_read_namespaces, {})

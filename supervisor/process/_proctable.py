@@ -22,9 +22,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import anyio
-
 from supervisor.process._env import RUN_TAG_VARIABLE
+from supervisor.process._fresh import FreshReads
 
 _TAG_PREFIX = RUN_TAG_VARIABLE.encode() + b"="
 # Listings of /proc per read at most (a machine forking without pause never settles).
@@ -201,33 +200,17 @@ class SharedTable:
 
     def __init__(self) -> None:
         self._tags: dict[tuple[int, int], str | None] = {}
-        self._table = Table()
-        self._started = 0
-        self._done = 0
-        self._reading: anyio.Event | None = None
-        self.reads = 0
+        self._reads = FreshReads(self._read, Table())
         # Whether a walk of our own descendants sees everything (the subreaper is on).
         self.descendants_only: Callable[[], bool] = lambda: False
 
+    def _read(self) -> Table:
+        read = read_descendants if self.descendants_only() else read_table
+        return read(self._tags)
+
     async def fresh(self) -> Table:
         """A table from a read that started after this call (possibly shared with others)."""
-        wanted = self._started + 1
-        while self._done < wanted:
-            if self._reading is None:
-                self._started += 1
-                generation = self._started
-                reading = self._reading = anyio.Event()
-                try:
-                    read = read_descendants if self.descendants_only() else read_table
-                    self._table = await anyio.to_thread.run_sync(read, self._tags)
-                    self._done = generation
-                    self.reads += 1
-                finally:
-                    self._reading = None
-                    reading.set()
-            else:
-                await self._reading.wait()
-        return self._table
+        return await self._reads.fresh()
 
 
 TABLE = SharedTable()

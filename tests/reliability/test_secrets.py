@@ -35,13 +35,13 @@ from hypothesis import strategies as st
 
 from supervisor import (
     AbortSignal,
-    StartAborted,
     StartFailed,
     SubagentRequest,
     SubagentResult,
     TeardownFailed,
     foreground_text,
     job_outcome,
+    supervise,
 )
 from supervisor._run import ProviderRun, RunContext
 from supervisor.process import ExitFacts, child_environment, is_scrubbed
@@ -112,25 +112,11 @@ def check_reported(
 
 
 async def run_to_end(run: ProviderRun[Any]) -> tuple[SubagentResult | None, BaseException | None]:
-    """Start, await the result, dispose; what came out (a result, or the start/teardown error)."""
-    result: SubagentResult | None = None
-    error: BaseException | None = None
+    """The shared start -> result -> dispose sequence; what came out (a result, or the
+    start/teardown error)."""
     with anyio.fail_after(60):
-        async with anyio.create_task_group() as tg:
-            try:
-                await run.start(tg, AbortSignal())
-            except (StartFailed, StartAborted) as exc:
-                error = exc
-            else:
-                try:
-                    result = await run.result()
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        try:
-                            await run.dispose()
-                        except TeardownFailed as exc:
-                            error = exc
-    return result, error
+        outcome = await supervise(run, AbortSignal())
+    return outcome.result, outcome.start_error or outcome.teardown_error
 
 
 def request(secret: str) -> SubagentRequest:
