@@ -9,7 +9,6 @@ session's cumulative cost: a turn's cost is what it added).
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
+from supervisor._waits import first_of
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
@@ -261,14 +261,7 @@ class AcpRun(ProviderRun[Config]):
         assert self.process is not None
         assert self._transport is not None
         process, transport = self.process, self._transport
-        async with anyio.create_task_group() as first:
-
-            async def until(event: Callable[[], Awaitable[object]]) -> None:
-                await event()
-                first.cancel_scope.cancel()
-
-            first.start_soon(until, process.wait_exit)
-            first.start_soon(until, transport.ended.wait)
+        await first_of(process.wait_exit, transport.ended.wait)
 
     # -- cancel and teardown ------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
+from supervisor._waits import first_of
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
@@ -275,14 +276,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
         assert self._transport is not None
         process, transport = self.process, self._transport
         assert process is not None
-        async with anyio.create_task_group() as first:
-
-            async def until(event: Callable[[], Awaitable[object]]) -> None:
-                await event()
-                first.cancel_scope.cancel()
-
-            first.start_soon(until, process.wait_exit)
-            first.start_soon(until, transport.output_ended.wait)
+        await first_of(process.wait_exit, transport.output_ended.wait)
 
     async def _unless_exited(
         self, step: Callable[[], Awaitable[T]], *, drain: float, or_output_end: bool = False

@@ -23,15 +23,13 @@ runs on in the runtime: the next turn waits for its ``idle`` (within
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Final
-
-import anyio
 
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
+from supervisor._waits import first_of
 from supervisor.providers.dsh_sdk._client import DshClient
 from supervisor.providers.dsh_sdk._config import Config
 from supervisor.providers.dsh_sdk._errors import (
@@ -198,14 +196,7 @@ class DshSdkRun(ProviderRun[Config]):
         assert self.process is not None
         assert self._client is not None
         process, client = self.process, self._client
-        async with anyio.create_task_group() as first:
-
-            async def until(event: Callable[[], Awaitable[object]]) -> None:
-                await event()
-                first.cancel_scope.cancel()
-
-            first.start_soon(until, process.wait_exit)
-            first.start_soon(until, client.wait_closed)
+        await first_of(process.wait_exit, client.wait_closed)
 
     # -- shutdown -----------------------------------------------------------------------
 
