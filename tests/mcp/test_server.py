@@ -383,7 +383,7 @@ async def test_with_otel_every_run_is_a_span(tmp_path: Path) -> None:
         ):
             await session.initialize()
             _, structured, is_error = await call(session, "run_subagent", {"task": "say hello"})
-    assert not is_error
+    assert not is_error, (structured, errors.read_text()[-3000:])
     exported = errors.read_text()
     assert '"name": "invoke_agent acp"' in exported
     assert structured["run_id"] in exported
