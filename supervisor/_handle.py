@@ -13,6 +13,7 @@ from anyio.abc import TaskGroup
 
 from machines import AuditTrail, Vocabulary
 from supervisor._abort import AbortSignal
+from supervisor._errors import ConversationOver
 from supervisor._public import home
 from supervisor._seam import Resources, SubagentResult
 from supervisor.process import ExitFacts
@@ -54,6 +55,13 @@ class Run(Protocol):
     @property
     def turn(self) -> int:
         """The current turn's number: 1 is the request's task, each ``send`` the next."""
+        ...
+
+    @property
+    def conversation_over(self) -> ConversationOver | None:
+        """Once a conversation has ended (and why is final): the ``ConversationOver`` a
+        ``send`` would raise, closed facts only; None while it is open, or for a run that
+        is not a conversation."""
         ...
 
     @property

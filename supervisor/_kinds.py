@@ -74,6 +74,9 @@ class ProviderKind(Generic[ConfigT]):
     its stages must be the vocabulary's)."""
     ready: Callable[[], Readiness] | None = None
     """A readiness check for ``subagents doctor`` (its SDK, its binary): cheap, no run."""
+    gen_ai_provider: str | None = None
+    """Telemetry's ``gen_ai.provider.name`` for the kind's runs (the GenAI conventions'
+    well-known values: ``anthropic``, ``openai``, ...); None: the kind's own name."""
 
     def __post_init__(self) -> None:
         if self.charts and self.vocabulary.stages != self.charts[0].STAGES:
@@ -159,18 +162,35 @@ def loaded_kinds() -> Iterator[tuple[str, ProviderKind[Any] | None]]:
         yield name, loaded
 
 
-_KIND_NAMES: dict[int, tuple[Vocabulary, str]] = {}  # id -> (the vocabulary, kept alive; its kind)
+_KIND_NAMES: dict[int, tuple[Vocabulary, str, str]] = {}
+"""id -> (the vocabulary, kept alive; its kind's name; its ``gen_ai.provider.name``)."""
+
+
+def _kind_facts(vocabulary: Vocabulary) -> tuple[Vocabulary, str, str]:
+    known = _KIND_NAMES.get(id(vocabulary))
+    if known is not None and known[0] is vocabulary:
+        return known
+    found = next(((n, k) for n, k in loaded_kinds() if k is not None and k.vocabulary is vocabulary), None)
+    if found is None:
+        facts = (vocabulary, "unknown", "unknown")
+    else:
+        name, loaded = found
+        facts = (vocabulary, name, loaded.gen_ai_provider or name)
+    _KIND_NAMES[id(vocabulary)] = facts
+    return facts
 
 
 def kind_name(vocabulary: Vocabulary) -> str:
     """The name of the installed kind whose vocabulary this is (``unknown`` when none is);
     telemetry's ``subagent.kind``, looked up once per vocabulary when a span is made."""
-    known = _KIND_NAMES.get(id(vocabulary))
-    if known is not None and known[0] is vocabulary:
-        return known[1]
-    name = next((n for n, k in loaded_kinds() if k is not None and k.vocabulary is vocabulary), "unknown")
-    _KIND_NAMES[id(vocabulary)] = (vocabulary, name)
-    return name
+    return _kind_facts(vocabulary)[1]
+
+
+def kind_gen_ai_provider(vocabulary: Vocabulary) -> str:
+    """Telemetry's ``gen_ai.provider.name`` for runs of the kind whose vocabulary this is:
+    what the kind declares (:attr:`ProviderKind.gen_ai_provider`), else the kind's name
+    (``unknown`` when no installed kind has this vocabulary)."""
+    return _kind_facts(vocabulary)[2]
 
 
 def example_kind() -> tuple[str, ProviderKind[Any]] | None:

@@ -105,7 +105,7 @@ from supervisor._errors import (
     TurnInProgress,
 )
 from supervisor._guard import GuardedTaskGroup
-from supervisor._kinds import kind_name
+from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult
@@ -388,23 +388,38 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raise
         return self._results[number - 1]
 
+    @property
+    def conversation_over(self) -> ConversationOver | None:
+        """The error a :meth:`send` would raise now, once the conversation has ended and
+        why is final (the child's exit facts observed, or their grace passed); else None
+        (always None for a run that is not a conversation)."""
+        return self._over_error() if self._conversation and self._over_known.is_set() else None
+
+    def _over_error(self) -> ConversationOver | None:
+        if self._over is None:
+            return None
+        facts = self._over_exit
+        return ConversationOver(
+            self.vocabulary.label,
+            self._turn_number,
+            self._over,
+            exit_code=facts.exit_code if facts else None,
+            signal=facts.signal if facts else None,
+        )
+
     def _raise_if_over(self) -> None:
-        if self._over is not None:
-            facts = self._over_exit
-            raise ConversationOver(
-                self.vocabulary.label,
-                self._turn_number,
-                self._over,
-                exit_code=facts.exit_code if facts else None,
-                signal=facts.signal if facts else None,
-            )
+        over = self._over_error()
+        if over is not None:
+            raise over
 
     def _begin_next_turn(self, task: str) -> None:
         self._stop_idle_watch()
+        previous = self._result
         self._turn_number += 1
         self._turn_task = task
         self._turn_started_at = anyio.current_time()
         self.audit.turn = self._turn_number
+        self._telemetry.next_turn(self, previous)  # the settled turn's span ends, the next one opens
         self._result = None
         self._settled = anyio.Event()
         self._cancelled_locally = False
@@ -609,6 +624,11 @@ class ProviderRun(ABC, Generic[ConfigT]):
     def kind(self) -> str:
         """The installed kind this run is of (looked up by its vocabulary), or ``unknown``."""
         return kind_name(self.vocabulary)
+
+    @property
+    def gen_ai_provider(self) -> str:
+        """Telemetry's ``gen_ai.provider.name``: what the kind declares, else its name."""
+        return kind_gen_ai_provider(self.vocabulary)
 
     def note_output(self) -> None:
         """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""

@@ -30,6 +30,16 @@ class RunFacts(Protocol):
         ...
 
     @property
+    def gen_ai_provider(self) -> str:
+        """``gen_ai.provider.name``: what the kind declares (``anthropic``), else its name."""
+        ...
+
+    @property
+    def turn(self) -> int:
+        """The current turn's number (1 for a one-shot run)."""
+        ...
+
+    @property
     def containment(self) -> str: ...
 
     @property

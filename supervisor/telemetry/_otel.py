@@ -1,12 +1,17 @@
 """The OpenTelemetry side of telemetry: imported only once telemetry is turned on.
 
-One run is one span ``invoke_agent <provider name>`` of kind CLIENT (the GenAI
-conventions' kind for an agent invoked outside the caller's process), opened when the
-run starts and ended once it is disposed, or once its start failed and was rolled
-back.  Every audit transition (lifecycle and teardown ladder) is a span event named
-for the transition's event.  Only closed facts go in: names, ids, the stop reason, the
-failure line's category, the process outcome.  Never the task, the output or anything
-the child wrote.
+One turn of a run is one span ``invoke_agent <provider name>`` of kind CLIENT (the
+GenAI conventions' kind for an agent invoked outside the caller's process); a one-shot
+run is one turn.  The first turn's span opens when the run starts; a conversation's
+next turn ends it and opens its own (in the context current at the send, so a turn
+nests under whatever span its caller has open); the last turn's span ends once the run
+is disposed, or once its start failed and was rolled back, so it carries the teardown
+and the process facts.  Every span of a run shares ``gen_ai.conversation.id``: the run
+id, never the child's session id.  Every audit transition (lifecycle and teardown
+ladder) is an event of the span open at the time, named for the transition's event.
+Only closed facts go in: names, ids, the stop reason, the usage numbers, the failure
+line's category, the process outcome.  Never the task, the output or anything the
+child wrote.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ TRACE_VARIABLES = ("TRACEPARENT", "TRACESTATE")
 OPERATION_NAME = "gen_ai.operation.name"
 AGENT_NAME = "gen_ai.agent.name"
 AGENT_ID = "gen_ai.agent.id"
+PROVIDER_NAME = "gen_ai.provider.name"
+CONVERSATION_ID = "gen_ai.conversation.id"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+TURN = "subagent.turn"
 KIND = "subagent.kind"
 STOP_REASON = "subagent.stop_reason"
 CONTAINMENT = "subagent.containment"
@@ -69,19 +79,34 @@ class RunSpan:
         return record
 
     def begin(self, run: RunFacts) -> None:
-        if self._span is not None:
-            return
+        if self._span is None:
+            self._span = self._start(run)
+
+    def _start(self, run: RunFacts) -> trace.Span:
+        """The span of the run's current turn, in the current context."""
         name = clean_text(run.provider_name)  # an embedder's name; OTLP must encode it as UTF-8
-        self._span = self._tracer.start_span(
+        self._ended = False
+        return self._tracer.start_span(
             f"{OPERATION} {name}",
             kind=SpanKind.CLIENT,
             attributes={
                 OPERATION_NAME: OPERATION,
+                PROVIDER_NAME: clean_text(run.gen_ai_provider),
                 AGENT_NAME: name,
                 AGENT_ID: run.id,
+                CONVERSATION_ID: run.id,
                 KIND: run.kind,
+                TURN: run.turn,
             },
         )
+
+    def next_turn(self, run: RunFacts, previous: SubagentResult | None) -> None:
+        span = self._open()
+        if span is None:
+            return
+        self._turn_facts(span, previous, run.failure_category)
+        self._close(span)
+        self._span = self._start(run)
 
     def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
         if self._span is None:
@@ -116,13 +141,9 @@ class RunSpan:
         if span is None:
             return
         self._process_facts(span, run)
-        if result is not None:
-            span.set_attribute(STOP_REASON, str(result.stop_reason))
-        error_type = _result_error(result, run.failure_category)
-        if error_type is None and teardown_error is not None:
-            error_type = run.teardown_category or "unknown"
-        if error_type is not None:
-            self._fail(span, error_type)
+        failed = self._turn_facts(span, result, run.failure_category)
+        if not failed and teardown_error is not None:
+            self._fail(span, run.teardown_category or "unknown")
         self._close(span)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -133,6 +154,23 @@ class RunSpan:
     def _close(self, span: trace.Span) -> None:
         self._ended = True
         span.end()
+
+    @classmethod
+    def _turn_facts(cls, span: trace.Span, result: SubagentResult | None, category: str | None) -> bool:
+        """A settled turn's stop reason, usage and failure on its span; whether it failed."""
+        if result is None:
+            return False
+        span.set_attribute(STOP_REASON, str(result.stop_reason))
+        usage = result.usage
+        if usage is not None:
+            if usage.input_tokens is not None:
+                span.set_attribute(INPUT_TOKENS, usage.input_tokens)
+            if usage.output_tokens is not None:
+                span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
+        error_type = _result_error(result, category)
+        if error_type is not None:
+            cls._fail(span, error_type)
+        return error_type is not None
 
     @staticmethod
     def _fail(span: trace.Span, error_type: str) -> None:

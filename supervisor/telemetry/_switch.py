@@ -55,6 +55,11 @@ class RunTelemetry(Protocol):
         """End the span of a run whose start raised."""
         ...
 
+    def next_turn(self, run: RunFacts, previous: SubagentResult | None) -> None:
+        """A conversation's next turn begins (``run.turn`` is its number): end the span of
+        the turn that settled with ``previous``, open the next turn's."""
+        ...
+
     def end(
         self, run: RunFacts, result: SubagentResult | None, teardown_error: TeardownFailed | None
     ) -> None:
@@ -73,6 +78,9 @@ class _NoopRunTelemetry:
         return env
 
     def start_failed(self, run: RunFacts, error: BaseException) -> None:
+        pass
+
+    def next_turn(self, run: RunFacts, previous: SubagentResult | None) -> None:
         pass
 
     def end(

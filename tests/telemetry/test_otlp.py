@@ -125,9 +125,12 @@ def test_the_cli_exports_the_run_span_over_otlp_http(receiver: Receiver, tmp_pat
     assert span.parent_span_id.hex() == PARENT_SPAN
     assert attributes(span.attributes) == {
         "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "acp",
         "gen_ai.agent.name": "acp",
         "gen_ai.agent.id": document["run_id"],
+        "gen_ai.conversation.id": document["run_id"],
         "subagent.kind": "acp",
+        "subagent.turn": 1,
         "subagent.stop_reason": "completed",
         "subagent.quiescent": True,
         "process.exit.code": 0,

@@ -54,9 +54,12 @@ async def test_a_run_is_one_client_span_with_closed_attributes_and_every_transit
     assert span.parent is None
     expected: dict[str, object] = {
         "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "acp",
         "gen_ai.agent.name": "acp",
         "gen_ai.agent.id": run.id,
+        "gen_ai.conversation.id": run.id,
         "subagent.kind": "acp",
+        "subagent.turn": 1,
         "subagent.stop_reason": "completed",
         "subagent.quiescent": True,
         "process.exit.code": 0,
@@ -174,6 +177,7 @@ async def test_the_claude_code_cli_gets_the_traceparent_of_its_run_span(
     assert result.stop_reason == StopReason.COMPLETED
     span = only(traced.spans())
     assert span.name == "invoke_agent claude-code"
+    assert dict(span.attributes or {})["gen_ai.provider.name"] == "anthropic"
     records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     (seen,) = [r["value"] for r in records if r["kind"] == "env"]
     assert seen["TRACEPARENT"] == traceparent_of(span)
@@ -339,3 +343,77 @@ def test_the_standard_environment_alone_turns_telemetry_on_and_none_turns_it_off
     finally:
         telemetry.shutdown()
     assert not telemetry.enabled()
+
+
+async def test_each_turn_of_a_conversation_is_a_span_sharing_the_run_id_as_conversation_id(
+    traced: Traced,
+) -> None:
+    registry = Registry()
+    registry.register(acp.Provider(example_agent_config()))
+    caller = traced.provider.get_tracer("caller")
+    async with registry.run("acp", request("what is 2+2?"), conversation=True) as run:
+        await run.result()
+        with caller.start_as_current_span("second call"):
+            second = await run.send("and 3+3?\n@usage")
+        await run.send("@recall")
+    assert second.usage is not None
+    spans = [s for s in traced.spans() if s.name == "invoke_agent acp"]
+    assert [dict(s.attributes or {})["subagent.turn"] for s in spans] == [1, 2, 3]
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        assert attributes["gen_ai.conversation.id"] == run.id
+        assert attributes["gen_ai.agent.id"] == run.id
+        assert attributes["gen_ai.provider.name"] == "acp"
+        assert attributes["subagent.stop_reason"] == "completed"
+        assert span.kind == SpanKind.CLIENT
+        assert span.status.status_code == StatusCode.UNSET
+    first, middle, last = (dict(s.attributes or {}) for s in spans)
+    # Usage as the turn reported it; the process facts on the span that saw the teardown.
+    assert middle["gen_ai.usage.input_tokens"] == second.usage.input_tokens == 2
+    assert middle["gen_ai.usage.output_tokens"] == second.usage.output_tokens == 5
+    assert "gen_ai.usage.input_tokens" not in first
+    assert "subagent.quiescent" not in first
+    assert "subagent.quiescent" not in middle
+    assert last["subagent.quiescent"] is True
+    # Each span holds the transitions of its own turn, in order.
+    for number, span in enumerate(spans, start=1):
+        assert [e.name for e in span.events] == [t.event for t in run.audit.entries if t.turn == number]
+    assert [e.name for e in spans[1].events][:1] == ["turn_sent"]
+    assert "tree_gone" in [e.name for e in spans[2].events]
+    # A turn nests under the span its caller had open at the send.
+    (call,) = [s for s in traced.spans() if s.name == "second call"]
+    assert call.context is not None
+    assert spans[1].parent is not None
+    assert spans[1].parent.span_id == call.context.span_id
+    assert spans[0].parent is None
+    assert spans[2].parent is None
+
+
+async def test_a_failed_turn_is_an_error_span_and_the_conversation_goes_on(traced: Traced) -> None:
+    registry = Registry()
+    registry.register(acp.Provider(example_agent_config()))
+    async with registry.run("acp", request("hello"), conversation=True) as run:
+        await run.result()
+        failed = await run.send("x\n@fail")
+        assert failed.stop_reason == StopReason.ERROR
+        assert (await run.send("again")).stop_reason == StopReason.COMPLETED
+    spans = [dict(s.attributes or {}) for s in traced.spans()]
+    assert [(a["subagent.turn"], a["subagent.stop_reason"], a.get("error.type")) for a in spans] == [
+        (1, "completed", None),
+        (2, "error", "transport"),
+        (3, "completed", None),
+    ]
+    assert [s.status.status_code for s in traced.spans()] == [
+        StatusCode.UNSET,
+        StatusCode.ERROR,
+        StatusCode.UNSET,
+    ]
+
+
+def test_the_kinds_declare_their_gen_ai_provider_name() -> None:
+    from supervisor._kinds import kind, kind_gen_ai_provider
+
+    names = {name: kind_gen_ai_provider(kind(name).vocabulary) for name in ("acp", "dsh-sdk", "codex")}
+    assert names == {"acp": "acp", "dsh-sdk": "dsh-sdk", "codex": "openai"}
+    pytest.importorskip("claude_agent_sdk")
+    assert kind_gen_ai_provider(kind("claude-code").vocabulary) == "anthropic"

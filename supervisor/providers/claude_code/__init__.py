@@ -99,6 +99,7 @@ KIND = ProviderKind(
     capabilities=CAPABILITIES,
     charts=MACHINES,
     ready=readiness,
+    gen_ai_provider="anthropic",
 )
 """Registered under the ``subagent_supervisor.providers`` entry point."""
 

@@ -136,5 +136,6 @@ KIND = ProviderKind(
     capabilities=CAPABILITIES,
     charts=MACHINES,
     ready=readiness,
+    gen_ai_provider="openai",
 )
 """Registered under the ``subagent_supervisor.providers`` entry point."""
