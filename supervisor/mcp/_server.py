@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,10 @@ from supervisor._errors import SubagentError
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
-from supervisor.mcp._desk import Desk, DeskRun, Settled, inside_roots
+from supervisor.mcp._desk import Desk, DeskError, DeskRun, DeskState, Settled, inside_roots
 from supervisor.mcp._stdio import stdio_transport
 from supervisor.process import PinnedDirectory
+from supervisor.telemetry import _switch as _telemetry
 
 log = logging.getLogger("supervisor")
 
@@ -69,6 +70,11 @@ def _task_schema(providers: tuple[str, ...]) -> dict[str, Any]:
                 "type": "string",
                 "description": "The subagent's working directory, inside the server's roots "
                 "(default: the first root; relative paths are taken from it).",
+            },
+            "keep_alive": {
+                "type": "boolean",
+                "description": "Keep the subagent for more turns (send_subagent; close_subagent "
+                "ends it). Default false: its whole tree is gone once it answers.",
             },
         },
         "required": ["task"],
@@ -119,8 +125,29 @@ def tool_list(providers: tuple[str, ...]) -> list[types.Tool]:
         ),
         types.Tool(
             name="list_subagents",
-            description="Every subagent this server holds, with its state and stage.",
+            description="Every subagent this server holds, with its state (queued, running, idle, "
+            "closing, settled), stage and turn.",
             input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+        ),
+        types.Tool(
+            name="send_subagent",
+            description="Send the next task to a subagent started with keep_alive (same agent "
+            "session, its context kept) and wait for its answer.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "task": {"type": "string", "description": "What the subagent should do next."},
+                },
+                "required": ["run_id", "task"],
+                "additionalProperties": False,
+            },
+        ),
+        types.Tool(
+            name="close_subagent",
+            description="End a subagent started with keep_alive; returns once its whole process "
+            "tree is gone.",
+            input_schema=_RUN_ID_SCHEMA,
         ),
     ]
 
@@ -144,19 +171,20 @@ class SubagentTools:
 
     # -- arguments ------------------------------------------------------------------
 
-    def _request(self, arguments: dict[str, Any]) -> tuple[str, SubagentRequest, PinnedDirectory]:
-        unknown = set(arguments) - {"task", "provider", "cwd"}
+    def _request(self, arguments: dict[str, Any]) -> tuple[str, SubagentRequest, PinnedDirectory, bool]:
+        unknown = set(arguments) - {"task", "provider", "cwd", "keep_alive"}
         if unknown:
             raise ToolError(f"unknown argument(s): {', '.join(sorted(unknown))}")
-        task = arguments.get("task")
-        if not isinstance(task, str) or not task.strip():
-            raise ToolError("task must be a non-empty string")
+        task = _task(arguments)
         providers = self._settings.providers
         provider = arguments.get("provider", providers[0])
         if not isinstance(provider, str) or provider not in providers:
             raise ToolError(f"provider must be one of: {', '.join(providers)}")
+        keep_alive = arguments.get("keep_alive", False)
+        if not isinstance(keep_alive, bool):
+            raise ToolError("keep_alive must be a boolean")
         pin = self._cwd(arguments.get("cwd"))
-        return provider, SubagentRequest(task=task, parent_cwd=pin.path), pin
+        return provider, SubagentRequest(task=task, parent_cwd=pin.path), pin, keep_alive
 
     def _cwd(self, value: Any) -> PinnedDirectory:
         """The directory ``value`` names, checked as it will be used: held open from the
@@ -216,45 +244,61 @@ class SubagentTools:
             if name == "cancel_subagent":
                 entry = self._entry(arguments, allowed=frozenset({"run_id"}))
                 self._desk.cancel(entry)
-                await entry.done.wait()
-                assert entry.settled is not None
-                return _settled_result(entry.settled)
+                return _settled_result(await _quiet(entry))
+            if name == "send_subagent":
+                return await self._send(ctx, arguments)
+            if name == "close_subagent":
+                return await self._close(arguments)
             if name == "list_subagents":
                 if arguments:
                     raise ToolError("list_subagents takes no arguments")
                 runs = [entry.summary() for entry in self._desk.all()]
                 return _text(_list_text(runs), {"runs": runs})
             raise ToolError(f"unknown tool {name!r}")
-        except ToolError as exc:
+        except (ToolError, DeskError) as exc:
             return _text(str(exc), error=True)
 
     def _start(self, arguments: dict[str, Any]) -> DeskRun:
-        provider, request, pin = self._request(arguments)
+        provider, request, pin, keep_alive = self._request(arguments)
         try:
-            return self._desk.start(provider, request, pin=pin)
+            return self._desk.start(provider, request, pin=pin, keep_alive=keep_alive)
         except SubagentError as exc:  # the registry's own checks: fixed texts, no child data
             pin.close()
             raise ToolError(str(exc)) from None
 
     async def _run(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._start(arguments)
-        token = _progress_token(ctx)
-        sender: MemoryObjectSendStream[str] | None = None
+        answered = False
         try:
-            async with anyio.create_task_group() as tg:
-                if token is not None:
-                    sender, receiver = anyio.create_memory_object_stream[str](max_buffer_size=64)
-                    entry.listeners.append(_forward(sender))
-                    tg.start_soon(_send_progress, ctx, token, entry.stage, receiver)
-                await entry.done.wait()
-                tg.cancel_scope.cancel()
+            async with _progress(ctx, entry):
+                settled = await _quiet(entry)
+            answered = True
         finally:
-            if entry.settled is None:  # the request was cancelled: cancel the run with it
-                self._desk.cancel(entry)
-            if sender is not None:
-                sender.close()
-        assert entry.settled is not None
-        return _settled_result(entry.settled)
+            if not answered:  # the request was cancelled: the run (a conversation too) ends with it
+                if entry.keep_alive:
+                    self._desk.close(entry)  # its caller never learnt its run_id
+                else:
+                    self._desk.cancel(entry)
+        return _settled_result(settled)
+
+    async def _send(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+        entry = self._entry(arguments, allowed=frozenset({"run_id", "task"}))
+        task = _task(arguments)
+        async with _progress(ctx, entry):
+            # A cancelled request cancels the turn (local cancellation); the conversation stays.
+            settled = await self._desk.send(entry, task)
+        return _settled_result(settled)
+
+    async def _close(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        entry = self._entry(arguments, allowed=frozenset({"run_id"}))
+        if not entry.keep_alive:
+            raise ToolError(
+                f"subagent run {entry.run_id} was not started with keep_alive (cancel_subagent cancels it)"
+            )
+        self._desk.close(entry)
+        settled = await self._desk.wait_over(entry)
+        text = settled.ended or settled.text
+        return _text(text, settled.as_dict(), error=settled.quiescent is False)
 
     async def _wait(self, arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._entry(arguments, allowed=frozenset({"run_id", "timeout_s"}))
@@ -267,11 +311,56 @@ class SubagentTools:
         ):
             raise ToolError(f"timeout_s must be a number from 0 to {MAX_WAIT_SECONDS:g}")
         with anyio.move_on_after(timeout):
-            await entry.done.wait()
-        if entry.settled is not None:
-            return _settled_result(entry.settled)
-        state = {"run_id": entry.run_id, "state": str(entry.state), "stage": entry.stage}
+            return _settled_result(await _quiet(entry))
+        state = {
+            "run_id": entry.run_id,
+            "state": str(entry.state),
+            "stage": entry.stage,
+            "turn": entry.run.turn,
+        }
         return _text(f"subagent run {entry.run_id} is {entry.state} (stage: {entry.stage})", state)
+
+
+def _task(arguments: dict[str, Any]) -> str:
+    task = arguments.get("task")
+    if not isinstance(task, str) or not task.strip():
+        raise ToolError("task must be a non-empty string")
+    return task
+
+
+async def _quiet(entry: DeskRun) -> Settled:
+    """The run's latest word once no turn is queued or running: a conversation's latest
+    turn while it is idle, else (once the tree is gone) the final one."""
+    while entry.state not in (DeskState.IDLE, DeskState.SETTLED):
+        await entry.quiet.wait()
+    if entry.state is DeskState.IDLE and entry.last is not None:
+        return entry.last
+    await entry.done.wait()
+    assert entry.settled is not None
+    return entry.settled
+
+
+@contextlib.asynccontextmanager
+async def _progress(ctx: ServerRequestContext[Any], entry: DeskRun) -> AsyncIterator[None]:
+    """One progress notification per stage the run enters while the block runs (when the
+    request carries a progress token; ``message`` is the stage)."""
+    token = _progress_token(ctx)
+    if token is None:
+        yield
+        return
+    sender, receiver = anyio.create_memory_object_stream[str](max_buffer_size=64)
+    listener = _forward(sender)
+    entry.listeners.append(listener)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_progress, ctx, token, entry.stage, receiver)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        entry.listeners.remove(listener)
+        sender.close()
 
 
 def _forward(sender: MemoryObjectSendStream[str]) -> Any:
@@ -311,10 +400,19 @@ def _progress_token(ctx: ServerRequestContext[Any]) -> str | int | None:
     return token if isinstance(token, str | int) else None
 
 
+def _trace_carrier(meta: Any) -> dict[str, str]:
+    """W3C trace context from a request's ``_meta`` (``traceparent``, ``tracestate``)."""
+    if not meta:
+        return {}
+    return {key: value for key in ("traceparent", "tracestate") if isinstance(value := meta.get(key), str)}
+
+
 def _list_text(runs: list[dict[str, Any]]) -> str:
     if not runs:
         return "no subagent runs"
-    return "\n".join(f"{r['run_id']} {r['provider']} {r['state']} ({r['stage']})" for r in runs)
+    return "\n".join(
+        f"{r['run_id']} {r['provider']} {r['state']} (stage: {r['stage']}; turn: {r['turn']})" for r in runs
+    )
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -357,7 +455,9 @@ async def _serve_session(settings: McpSettings, desk: Desk) -> None:
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        return await tools.call(ctx, params.name, dict(params.arguments or {}))
+        # The runs (and turns) this call starts join the caller's trace, when it sent one.
+        with _telemetry.continued(_trace_carrier(ctx.meta)):
+            return await tools.call(ctx, params.name, dict(params.arguments or {}))
 
     server: Server[Any] = Server(
         SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool

@@ -314,6 +314,11 @@ def detach(token: object) -> None:
         otel_context.detach(token)  # type: ignore[arg-type]
 
 
+def recording() -> bool:
+    """Whether the current span records (a real span, not the API's no-op one)."""
+    return trace.get_current_span().is_recording()
+
+
 def inject() -> dict[str, str]:
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)

@@ -239,4 +239,26 @@ def attached(carrier: Mapping[str, str]) -> Iterator[None]:
         _otel.detach(token)
 
 
+@contextmanager
+def continued(carrier: Mapping[str, str]) -> Iterator[None]:
+    """Continue a caller's trace (W3C ``traceparent``/``tracestate`` in ``carrier``: an MCP
+    request's ``params._meta``) for the block, unless a recording span is current already
+    (a span the MCP SDK opened for the request under that same caller, when an embedder
+    installed a global tracer provider).  A no-op when telemetry is off or the carrier
+    holds no valid context."""
+    if _state.tracer is None or not carrier.get("traceparent"):
+        yield
+        return
+    from supervisor.telemetry import _otel
+
+    if _otel.recording():
+        yield
+        return
+    token = _otel.attach_carrier(carrier)
+    try:
+        yield
+    finally:
+        _otel.detach(token)
+
+
 home("supervisor.telemetry", attached, configure_from_cli, enabled, inject, shutdown, span, use)

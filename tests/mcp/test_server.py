@@ -63,7 +63,7 @@ async def call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> 
     return content.text, result.structured_content, result.is_error
 
 
-async def test_lists_the_five_tools_with_the_configured_providers_as_an_enum(tmp_path: Path) -> None:
+async def test_lists_the_seven_tools_with_the_configured_providers_as_an_enum(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c.toml", fast={}, slow={"SLOW_MS": "10"})
     async with client("--config", str(config), cwd=tmp_path) as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
@@ -73,8 +73,16 @@ async def test_lists_the_five_tools_with_the_configured_providers_as_an_enum(tmp
         "wait_subagent",
         "cancel_subagent",
         "list_subagents",
+        "send_subagent",
+        "close_subagent",
     ]
     schema = tools["run_subagent"].input_schema
+    assert schema["properties"]["keep_alive"] == {
+        "type": "boolean",
+        "description": schema["properties"]["keep_alive"]["description"],
+    }
+    assert tools["send_subagent"].input_schema["required"] == ["run_id", "task"]
+    assert tools["close_subagent"].input_schema["required"] == ["run_id"]
     assert schema["properties"]["provider"]["enum"] == ["fast", "slow"]
     assert schema["required"] == ["task"]
     assert tools["wait_subagent"].input_schema["properties"]["timeout_s"]["maximum"] == 300
@@ -95,7 +103,18 @@ async def test_run_subagent_answers_with_the_output_and_reports_each_stage_as_pr
     assert result.content[0].text.startswith(EXAMPLE_ANSWER_START)
     structured = result.structured_content
     assert structured is not None
-    assert set(structured) == {"run_id", "provider", "stop_reason", "output", "diagnostic", "resources"}
+    assert set(structured) == {
+        "run_id",
+        "provider",
+        "turn",
+        "state",
+        "stop_reason",
+        "output",
+        "diagnostic",
+        "usage",
+        "resources",
+    }
+    assert (structured["turn"], structured["state"], structured["usage"]) == (1, "settled", None)
     resources = structured["resources"]
     assert resources is None or resources["cpu_s"] > 0  # cgroup containment counts what the tree used
     assert structured["provider"] == "acp"
@@ -132,6 +151,9 @@ async def test_start_wait_list_and_cancel(tmp_path: Path) -> None:
         assert waited == {
             "run_id": started["run_id"],
             "provider": "fast",
+            "turn": 1,
+            "state": "settled",
+            "usage": None,
             "stop_reason": "completed",
             "output": "hello from acp_child",
             "diagnostic": None,
