@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -144,3 +144,57 @@ def test_the_cli_exports_the_run_span_over_otlp_http(receiver: Receiver, tmp_pat
     assert [event.name for event in span.events] == [entry["event"] for entry in document["audit"]]
     # The child saw our span as its parent.
     assert document["output"] == f"TRACEPARENT=00-{PARENT_TRACE}-{span.span_id.hex()}-01\n"
+
+
+@pytest.mark.anyio
+async def test_mcp_turns_continue_each_callers_trace_from_meta_traceparent(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    """``subagents mcp --otel``: each tool call's ``params._meta.traceparent`` parents the turn it
+    runs; the conversation's spans share its run id; the real OTLP exporter sends them here."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "TRACEPARENT"}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+    command = subagents()
+    params = StdioServerParameters(
+        command=command[0], args=[*command[1:], "mcp", "--otel"], cwd=str(tmp_path), env=env
+    )
+    first_parent = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
+    second_trace, second_span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        first = await session.call_tool(
+            "run_subagent",
+            {"task": "what is 2+2?", "keep_alive": True},
+            meta=cast(Any, {"traceparent": first_parent}),
+        )
+        assert first.structured_content is not None
+        run_id = first.structured_content["run_id"]
+        second = await session.call_tool(
+            "send_subagent",
+            {"run_id": run_id, "task": "and 3+3?\n@usage"},
+            meta=cast(Any, {"traceparent": f"00-{second_trace}-{second_span}-01"}),
+        )
+        assert not second.is_error
+        closed = await session.call_tool("close_subagent", {"run_id": run_id})
+        assert not closed.is_error
+    # The server flushed its spans before it exited (the client closed its stdin).
+    turns = [span for _, span in receiver.spans() if span.name == "invoke_agent acp"]
+    assert [attributes(span.attributes)["subagent.turn"] for span in turns] == [1, 2]
+    one, two = turns
+    assert (one.trace_id.hex(), one.parent_span_id.hex()) == (PARENT_TRACE, PARENT_SPAN)
+    assert (two.trace_id.hex(), two.parent_span_id.hex()) == (second_trace, second_span)
+    for span in turns:
+        facts = attributes(span.attributes)
+        assert facts["gen_ai.conversation.id"] == run_id
+        assert facts["gen_ai.provider.name"] == "acp"
+        assert facts["subagent.stop_reason"] == "completed"
+    usage = second.structured_content["usage"] if second.structured_content else None
+    assert usage is not None
+    assert attributes(two.attributes)["gen_ai.usage.input_tokens"] == usage["input_tokens"] == 2
+    assert attributes(two.attributes)["gen_ai.usage.output_tokens"] == usage["output_tokens"] == 5
+    assert "gen_ai.usage.input_tokens" not in attributes(one.attributes)
+    assert attributes(two.attributes)["subagent.quiescent"] is True  # the close's teardown
+    assert [e.name for e in two.events][:1] == ["turn_sent"]

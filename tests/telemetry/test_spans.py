@@ -417,3 +417,36 @@ def test_the_kinds_declare_their_gen_ai_provider_name() -> None:
     assert names == {"acp": "acp", "dsh-sdk": "dsh-sdk", "codex": "openai"}
     pytest.importorskip("claude_agent_sdk")
     assert kind_gen_ai_provider(kind("claude-code").vocabulary) == "anthropic"
+
+
+async def test_continued_makes_a_callers_traceparent_the_parent_unless_a_span_records(
+    traced: Traced,
+) -> None:
+    """What ``subagents mcp`` does with each call's ``params._meta`` (the mcp SDK's own
+    middleware does the same today; this keeps it so without the middleware)."""
+    from supervisor.telemetry import _switch
+
+    registry = Registry()
+    registry.register(acp.Provider(example_agent_config()))
+    given = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    with _switch.continued(given):
+        async with registry.run("acp", request()) as run:
+            await run.result()
+    with traced.provider.get_tracer("sdk").start_as_current_span("tools/call"), _switch.continued(given):
+        async with registry.run("acp", request()) as run:
+            await run.result()
+    with _switch.continued({"traceparent": "not a traceparent"}):
+        async with registry.run("acp", request()) as run:
+            await run.result()
+    first, second, third = (s for s in traced.spans() if s.name == "invoke_agent acp")
+    assert first.parent is not None
+    assert (f"{first.context.trace_id:032x}", f"{first.parent.span_id:016x}") == (
+        "0af7651916cd43dd8448eb211c80319c",
+        "b7ad6b7169203331",
+    )
+    (call,) = [s for s in traced.spans() if s.name == "tools/call"]
+    assert second.parent is not None
+    assert call.context is not None
+    assert second.parent.span_id == call.context.span_id  # the recording span stays the parent
+    assert third.context is not None
+    assert f"{third.context.trace_id:032x}" != "0af7651916cd43dd8448eb211c80319c"  # ignored
