@@ -183,9 +183,10 @@ def is_guardian(request: RecordedRequest) -> bool:
     return isinstance(metadata, dict) and metadata.get("x-openai-subagent") == "guardian"
 
 
-def guarded(outcome: str, *turns: Turn) -> list[TurnFactory]:
+def guarded(outcome: str, *turns: Turn | TurnFactory) -> list[TurnFactory]:
     """Script entries: the reviewer's requests get ``outcome`` (allow|deny); the agent's
-    requests get ``turns`` in order (then ``Text("done")``)."""
+    requests get ``turns`` in order (then ``Text("done")``); a turn that is a factory is
+    called with the agent's request."""
     queue = deque(turns)
 
     def pick(request: RecordedRequest) -> Turn:
@@ -197,7 +198,10 @@ def guarded(outcome: str, *turns: Turn) -> list[TurnFactory]:
                 "rationale": "test",
             }
             return Text(json.dumps(verdict))
-        return queue.popleft() if queue else Text("done")
+        if not queue:
+            return Text("done")
+        turn = queue.popleft()
+        return turn(request) if callable(turn) else turn
 
     return [pick] * (2 * len(turns) + 6)
 
