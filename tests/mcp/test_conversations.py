@@ -19,7 +19,7 @@ import pytest
 from mcp.client.session import ClientSession
 
 from tests.conftest import tagged
-from tests.mcp.test_server import EXAMPLE_ANSWER_START, call, client
+from tests.mcp.test_server import EXAMPLE_ANSWER_START, call, client, write_config
 from tests.support.raw_mcp import RawMcp
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +40,16 @@ async def until_state(session: ClientSession, run_id: str, *wanted: tuple[str, s
             state, stage, turn = (await states(session))[run_id]
             if (state, stage) in wanted or (state, "*") in wanted:
                 return state, stage, turn
+            await anyio.sleep(0.05)
+
+
+async def until_running(session: ClientSession) -> dict[str, tuple[str, str, int]]:
+    """Poll ``list_subagents`` until its one run is in its prompt."""
+    with anyio.fail_after(EVENTUALLY):
+        while True:
+            runs = await states(session)
+            if runs and next(iter(runs.values()))[:2] == ("running", "prompt"):
+                return runs
             await anyio.sleep(0.05)
 
 
@@ -306,3 +316,38 @@ def test_a_client_that_goes_away_ends_every_conversation(tmp_path: Path) -> None
     assert status == 0
     assert not tagged(idle_id)
     assert not tagged(busy_id)
+
+
+async def test_an_idle_timeout_ends_the_conversation_and_its_tree(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "c.toml", agent={})
+    config.write_text(config.read_text() + "idle_timeout_ms = 200\n")
+    async with client("--config", str(config), cwd=tmp_path) as session:
+        _, first, _ = await call(session, "run_subagent", {"task": "hello", "keep_alive": True})
+        run_id = first["run_id"]
+        assert first["state"] == "idle"
+        await until_state(session, run_id, ("settled", "*"))  # no turn for idle_timeout_ms
+        assert not tagged(run_id)
+        text, _, is_error = await call(session, "send_subagent", {"run_id": run_id, "task": "again"})
+        assert (text, is_error) == (
+            "subagent conversation is over (provider: ACP; turn: 1; reason: idle timeout)",
+            True,
+        )
+
+
+async def test_a_cancelled_keep_alive_call_closes_the_conversation_it_never_named(tmp_path: Path) -> None:
+    """The caller of a cancelled run_subagent never learnt the run id: nothing may stay alive."""
+    async with client(cwd=tmp_path) as session:
+        with anyio.fail_after(EVENTUALLY):
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    await session.call_tool("run_subagent", {"task": SLOW, "keep_alive": True})
+
+                tg.start_soon(run)
+                runs = await until_running(session)
+                tg.cancel_scope.cancel()
+        (run_id,) = runs
+        _, final, _ = await call(session, "wait_subagent", {"run_id": run_id, "timeout_s": EVENTUALLY})
+        assert (final["state"], final["stop_reason"]) == ("settled", "aborted")
+        assert final["ended"] == "subagent conversation is over (provider: ACP; turn: 1; reason: closed)"
+        assert not tagged(run_id)
