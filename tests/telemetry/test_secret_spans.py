@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from supervisor import SubagentRequest, telemetry
+from supervisor import Registry, SubagentRequest, telemetry
 from supervisor.providers import acp, dsh_sdk
 from tests.conftest import CHILDREN, PYTHON
 from tests.reliability.test_secrets import (
@@ -99,6 +99,21 @@ async def test_acp_secrets_never_reach_an_exported_span(
         run = acp.Provider(acp_child(hostile(placement, secret))).create_run(request(secret))
         await run_to_end(run)
     assert_absent([secret, *ambient.values()], texts)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, database=None)
+@given(secret=secrets, placement=st.sampled_from(["output", "method-name"]))
+async def test_a_conversations_turns_never_export_a_secret(secret: str, placement: str) -> None:
+    """Every turn's task and answer, and what the child sends in each, stay out of every turn's span."""
+    registry = Registry()
+    registry.register(acp.Provider(acp_child(hostile(placement, secret))))
+    with exported() as texts:
+        async with registry.run("acp", request(secret), conversation=True) as run:
+            await run.result()
+            await run.send(f"the next task {secret}")
+            await run.send(f"one more {secret}")
+    assert sum('"invoke_agent ' in text for text in texts) == 3
+    assert_absent([secret], texts)
 
 
 @settings(max_examples=5, deadline=None, derandomize=True, database=None)
