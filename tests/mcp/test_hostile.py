@@ -162,3 +162,30 @@ def assert_clean(value: Any) -> None:
     elif isinstance(value, list):
         for item in value:
             assert_clean(item)
+
+
+def test_a_hostile_task_sent_to_a_conversation_reaches_the_child_as_u_fffd(
+    tmp_path: Path, server_stderr: Path
+) -> None:
+    """``send_subagent`` with lone-surrogate escapes: the child gets U+FFFD, the frames stay
+    strict UTF-8, and an unknown id or a closed conversation is an ``isError`` line."""
+    config = write_config(tmp_path / "c.toml", echo={"ECHO_PROMPT": "1", "TEXT": ""})
+    server = start(tmp_path, server_stderr, "--config", str(config))
+    try:
+        first = server.call("run_subagent", '{"task": "one", "keep_alive": true}')["structuredContent"]
+        run_id = first["run_id"]
+        second = server.call("send_subagent", f'{{"run_id": "{run_id}", "task": "two \\ud800 x \\udfff"}}')
+        assert second["isError"] is False
+        assert second["structuredContent"]["output"] == "prompt=two \ufffd x \ufffd\n"
+        unknown = server.call("send_subagent", '{"run_id": "\\ud800", "task": "t"}')
+        assert (unknown["isError"], text_of(unknown)) == (True, "no subagent run with id '\ufffd'")
+        server.call("close_subagent", json.dumps({"run_id": run_id}))
+        closed = server.call("send_subagent", json.dumps({"run_id": run_id, "task": "three"}))
+        assert closed["isError"] is True
+        assert text_of(closed) == "subagent conversation is over (provider: ACP; turn: 2; reason: closed)"
+        assert not tagged(run_id)
+    finally:
+        assert server.close() == 0
+    for frame in server.frames:
+        assert_clean(json.loads(frame))
+    assert "Traceback" not in server_stderr.read_text(encoding="utf-8", errors="replace")
