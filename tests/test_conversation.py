@@ -431,3 +431,35 @@ async def test_a_sent_task_with_a_lone_surrogate_reaches_the_child_as_utf8(tmp_p
     async with registry_of(scripted()).run("scripted", request(tmp_path), conversation=True) as run:
         await run.result()
         assert await run.send("half an emoji \ud83d here") == answer("half an emoji \ufffd here")
+
+
+async def test_conversation_over_is_the_error_a_send_would_raise_once_final(tmp_path: Path) -> None:
+    """``run.conversation_over``: None while open and for a one-shot run; then the same closed
+    facts a send raises (what the MCP server reports as a conversation's ``ended``)."""
+    watch = Watch()
+    async with registry_of(scripted()).run(
+        "scripted", request(tmp_path), conversation=True, trace=watch
+    ) as run:
+        await run.result()
+        assert run.conversation_over is None
+        await run.send("do:exit:5")
+        await watch.reached("quiescent")
+        over = run.conversation_over
+        assert over is not None
+        with pytest.raises(ConversationOver) as info:
+            await run.send("more")
+        assert (str(over), over.reason, over.turn, over.exit_code) == (
+            str(info.value),
+            ConversationEnd.CHILD_EXITED,
+            2,
+            5,
+        )
+    async with registry_of(scripted()).run("scripted", request(tmp_path)) as once:
+        await once.result()
+    assert once.conversation_over is None  # not a conversation, even once disposed
+    async with registry_of(scripted()).run("scripted", request(tmp_path), conversation=True) as closed:
+        await closed.result()
+    assert (
+        str(closed.conversation_over)
+        == "subagent conversation is over (provider: Scripted; turn: 1; reason: closed)"
+    )
