@@ -5,9 +5,16 @@ configured providers as an enum.  stdout carries MCP frames only: children never
 inherit it (their stderr is drained to the host log), and nothing here prints.
 
 Cancellation: a cancelled ``run_subagent`` request (``notifications/cancelled``)
-cancels its handler, which cancels the run locally; when the client goes away (stdin
-EOF, or the client died and the pipes closed) or a signal says stop (SIGINT, SIGTERM,
-SIGHUP), every run is cancelled and its tree torn down before the server exits 0.
+cancels its handler, which cancels the run locally (with ``keep_alive``: closes the
+conversation, whose id its caller never learnt); a cancelled ``send_subagent`` cancels
+the turn and keeps the conversation.  When the client goes away (stdin EOF, or the
+client died and the pipes closed) or a signal says stop (SIGINT, SIGTERM, SIGHUP),
+every run and every conversation is ended and its tree torn down before the server
+exits 0.
+
+Conversations (``keep_alive``, ``send_subagent``, ``close_subagent``) are the desk's
+(:mod:`supervisor.mcp._desk`); each tool call continues the caller's trace from its
+``params._meta.traceparent`` when telemetry is on.
 """
 
 from __future__ import annotations
@@ -163,7 +170,7 @@ def _settled_result(settled: Settled) -> types.CallToolResult:
 
 
 class SubagentTools:
-    """The five tools over one :class:`Desk`."""
+    """The seven tools over one :class:`Desk`."""
 
     def __init__(self, settings: McpSettings, desk: Desk) -> None:
         self._settings = settings
