@@ -138,6 +138,8 @@ class DeskRun:
     """The checked cwd, held open until the run has started (the run starts in it)."""
     begun: bool = False
     """The run got its first slot (it starts, or started)."""
+    published: bool = False
+    """A conversation's start has finished (its first turn runs, or ran)."""
     turn_busy: bool = False
     """A conversation's sent turn is queued or running."""
     closing: anyio.Event = field(default_factory=anyio.Event)
@@ -249,6 +251,8 @@ class Desk:
         """End a conversation: a running turn is cancelled at once, the tree goes down."""
         if not entry.begun:
             self.cancel(entry)  # never started: it settles aborted
+        elif not entry.published:
+            entry.abort.abort()  # still starting: the start is rolled back at once
         entry.closing.set()
         entry.first_turn.cancel()
 
@@ -314,7 +318,7 @@ class Desk:
                             return
                         finally:
                             self._release_pin(entry)
-                        published = True
+                        published = entry.published = True
                         with entry.first_turn:  # close() cancels it: the dispose below ends the turn
                             result = await run.result()
                             if not run.cancelled_locally:  # else it winds down on its own

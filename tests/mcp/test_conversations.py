@@ -351,3 +351,18 @@ async def test_a_cancelled_keep_alive_call_closes_the_conversation_it_never_name
         assert (final["state"], final["stop_reason"]) == ("settled", "aborted")
         assert final["ended"] == "subagent conversation is over (provider: ACP; turn: 1; reason: closed)"
         assert not tagged(run_id)
+
+
+async def test_close_during_the_start_rolls_it_back_at_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "c.toml", agent={"HANG": "initialize"})
+    config.write_text(config.read_text() + "start_timeout_ms = 600000\n")
+    async with client("--config", str(config), cwd=tmp_path) as session:
+        _, started, _ = await call(session, "start_subagent", {"task": "t", "keep_alive": True})
+        run_id = started["run_id"]
+        await until_state(session, run_id, ("running", "initialize"))
+        with anyio.fail_after(EVENTUALLY):  # not the ten-minute start timeout
+            text, closed, is_error = await call(session, "close_subagent", {"run_id": run_id})
+        assert (closed["state"], closed["stop_reason"], closed["ended"]) == ("settled", "aborted", None)
+        assert text.startswith("subagent run was cancelled")
+        assert not is_error
+        assert not tagged(run_id)
