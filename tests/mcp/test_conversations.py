@@ -366,3 +366,26 @@ async def test_close_during_the_start_rolls_it_back_at_once(tmp_path: Path) -> N
         assert text.startswith("subagent run was cancelled")
         assert not is_error
         assert not tagged(run_id)
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stop_signal_ends_every_conversation(tmp_path: Path, stop: str) -> None:
+    """An idle conversation and a second one mid-turn; then a stop signal, stdin still open:
+    exit 0, no tree left (the same end as a closed stdin or stdout: ``test_stopping``)."""
+    server = RawMcp(cwd=tmp_path, stderr=tmp_path / "stderr")
+    try:
+        idle = server.call("run_subagent", '{"task": "hello", "keep_alive": true}')["structuredContent"]
+        busy = server.call("start_subagent", '{"task": "stall\\n@slow 600000", "keep_alive": true}')
+        busy_id = busy["structuredContent"]["run_id"]
+        deadline = time.monotonic() + EVENTUALLY  # a bound for "eventually"
+        while server.call("list_subagents", "{}")["structuredContent"]["runs"][1]["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert tagged(idle["run_id"])
+        server.process.send_signal(signal.Signals[stop])
+        assert server.process.wait(timeout=120) == 0
+    finally:
+        status = server.close()
+    assert status == 0
+    assert not tagged(idle["run_id"])
+    assert not tagged(busy_id)
