@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from machines import Transition, TransitionSink
+from machines import CommonEvent, Transition, TransitionSink
 from supervisor._clean import clean_text
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
@@ -68,11 +69,15 @@ class RunSpan:
         self._tracer = tracer
         self._span: trace.Span | None = None
         self._ended = False
+        self._turn_ended_ns: int | None = None  # when the open span's turn went idle
 
     def sink(self, downstream: TransitionSink | None) -> TransitionSink:
         def record(entry: Transition) -> None:
             if self._span is not None and not self._ended:
-                self._span.add_event(entry.event, transition_attributes(entry))
+                now = time.time_ns()
+                self._span.add_event(entry.event, transition_attributes(entry), timestamp=now)
+                if entry.event == CommonEvent.TURN_ENDED:
+                    self._turn_ended_ns = now
             if downstream is not None:
                 downstream(entry)
 
@@ -86,6 +91,7 @@ class RunSpan:
         """The span of the run's current turn, in the current context."""
         name = clean_text(run.provider_name)  # an embedder's name; OTLP must encode it as UTF-8
         self._ended = False
+        self._turn_ended_ns = None
         return self._tracer.start_span(
             f"{OPERATION} {name}",
             kind=SpanKind.CLIENT,
@@ -105,7 +111,9 @@ class RunSpan:
         if span is None:
             return
         self._turn_facts(span, previous, run.failure_category)
-        self._close(span)
+        # A turn that went idle ends its span then, not at this send: a span's duration is its
+        # turn's, never the idle time the parent took to send the next one.
+        self._close(span, end_time=self._turn_ended_ns)
         self._span = self._start(run)
 
     def child_env(self, env: dict[str, str], *, explicit: Mapping[str, str | None]) -> dict[str, str]:
@@ -151,9 +159,9 @@ class RunSpan:
     def _open(self) -> trace.Span | None:
         return None if self._span is None or self._ended else self._span
 
-    def _close(self, span: trace.Span) -> None:
+    def _close(self, span: trace.Span, end_time: int | None = None) -> None:
         self._ended = True
-        span.end()
+        span.end(end_time=end_time)
 
     @classmethod
     def _turn_facts(cls, span: trace.Span, result: SubagentResult | None, category: str | None) -> bool:

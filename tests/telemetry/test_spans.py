@@ -380,6 +380,10 @@ async def test_each_turn_of_a_conversation_is_a_span_sharing_the_run_id_as_conve
         assert [e.name for e in span.events] == [t.event for t in run.audit.entries if t.turn == number]
     assert [e.name for e in spans[1].events][:1] == ["turn_sent"]
     assert "tree_gone" in [e.name for e in spans[2].events]
+    # A turn's span ends when its turn went idle, not at the next send.
+    for span in spans[:2]:
+        (idle,) = [e for e in span.events if e.name == "turn_ended"]
+        assert span.end_time == idle.timestamp
     # A turn nests under the span its caller had open at the send.
     (call,) = [s for s in traced.spans() if s.name == "second call"]
     assert call.context is not None
