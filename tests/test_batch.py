@@ -38,6 +38,7 @@ RECORD_KEYS = {
     "started",
     "duration_s",
     "node",
+    "usage",
     "resources",
 }
 

@@ -2,7 +2,8 @@
 
 A :class:`BatchJob` is an item already checked (its provider and request), and
 :func:`run_job` turns it into one :class:`BatchRecord` through the one start -> result ->
-dispose sequence every front-end shares (:func:`~supervisor.supervise`).  The same
+dispose sequence every front-end shares (:func:`~supervisor.supervise`), or, for an item
+that carries ``turns``, its conversation form (``supervisor._turns.converse``).  The same
 function runs in this process (the local engine, ``_local``) and inside a Ray task on a
 worker node (``_ray``), so both modes produce the same record under the same
 containment.  Both engines import this module; neither imports the other's body.
@@ -24,23 +25,42 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
 from supervisor._clean import clean_text
+from supervisor._diagnostic import bound_diagnostic, join_lines
+from supervisor._errors import SubagentError
 from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._registry import Provider, Registry
-from supervisor._seam import Resources, StopReason, SubagentRequest
-from supervisor._sequence import supervise
+from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
+from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import CwdError, check_directory
 
 
 class BatchItem(BaseModel):
-    """One input line: ``{"id", "task", "provider"?, "cwd"?}``."""
+    """One input line: ``{"id", "task", "turns"?, "provider"?, "cwd"?}``.
+
+    ``turns``: the tasks of the turns after ``task``, sent one at a time to the same child
+    (a conversation, SPEC section 16); present (even empty), the record carries ``turns``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     id: str
     task: str
+    turns: list[str] | None = None
     provider: str | None = None
     cwd: str | None = None
+
+
+class TurnRecord(BaseModel):
+    """One turn of a conversation item: ``{turn, stop_reason, output, diagnostic, usage}``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn: int
+    stop_reason: str
+    output: str
+    diagnostic: str | None
+    usage: Usage | None = None
 
 
 class BatchRecord(BaseModel):
@@ -61,18 +81,27 @@ class BatchRecord(BaseModel):
     started: bool
     duration_s: float
     node: str
+    usage: Usage | None = None
+    """What the (last) turn used, when the agent reported it."""
     resources: Resources | None = None
     """What the run's tree used (cgroup containment; None in process-tree)."""
+    turns: list[TurnRecord] | None = None
+    """Every turn of a conversation item (an item with ``turns``); absent otherwise."""
     ray_node: str | None = None  # the Ray node id, in Ray mode only
 
     @property
     def completed(self) -> bool:
+        """Whether the run completed: for a conversation item, every one of its turns."""
+        if self.turns is not None and any(t.stop_reason != StopReason.COMPLETED for t in self.turns):
+            return False
         return self.stop_reason == StopReason.COMPLETED
 
     def as_dict(self) -> dict[str, Any]:
         document = self.model_dump()
         if self.ray_node is None:
             del document["ray_node"]
+        if self.turns is None:
+            del document["turns"]
         return document
 
 
@@ -126,6 +155,8 @@ class BatchJob:
     request: SubagentRequest
     trace: dict[str, str] = field(default_factory=dict)
     """The driver's trace context (W3C headers) for a Ray task to continue; empty when off."""
+    turns: tuple[str, ...] | None = None
+    """The tasks after the request's (a conversation); None for a one-shot item."""
 
 
 @dataclass
@@ -195,6 +226,9 @@ class Resolver:
         self._seen.add(item_id)
         if not item.task.strip():
             return BatchError(id=item_id, error="task: the task is blank")
+        for index, turn in enumerate(item.turns or ()):
+            if not turn.strip():
+                return BatchError(id=item_id, error=f"turns.{index}: the task is blank")
         name = item.provider or self._default
         if name not in self._registry.list():
             have = ", ".join(self._registry.list())
@@ -209,10 +243,17 @@ class Resolver:
                 return BatchError(id=item_id, error=clean_text(str(exc)))
             except ValueError:  # a NUL byte, or text no path can hold
                 return BatchError(id=item_id, error="cwd: not a valid path")
+        request = SubagentRequest(task=item.task, parent_cwd=cwd)
+        if item.turns is not None:
+            try:  # a kind that cannot converse is refused here, before anything spawns
+                self._registry.check(name, request, conversation=True)
+            except SubagentError as exc:
+                return BatchError(id=item_id, error=f"turns: {exc}")
         return BatchJob(
             id=item_id,
             provider=self._registry.get(name),
-            request=SubagentRequest(task=item.task, parent_cwd=cwd),
+            request=request,
+            turns=None if item.turns is None else tuple(item.turns),
         )
 
 
@@ -226,6 +267,8 @@ def _describe(exc: ValidationError) -> str:
             message = "required key is missing"
         elif error["type"] == "model_type":
             message = "not a JSON object"
+        elif error["type"] == "list_type":
+            message = "must be a list of strings"
         else:
             message = "must be a string"
         problems.append(f"{key}: {message}" if key != "(item)" else message)
@@ -248,20 +291,27 @@ async def run_job(
     live = live if live is not None else set()
     began = time.monotonic()
     live.add(run)
+    turns: list[TurnRecord] | None = None
     try:
-        outcome = await supervise(run, abort)
+        if job.turns is None:
+            outcome = await supervise(run, abort)
+        else:
+            outcome, turns = await _converse(run, job.turns, abort)
+            if turns is None:
+                return None
     finally:
         live.discard(run)
     if outcome.cancelled and abort.aborted:
         return None
     exit_facts = run.exit_facts
+    last = turns[-1] if turns else None
     return BatchRecord(
         id=job.id,
         run_id=run.id,
         provider=job.provider.name,
-        stop_reason=outcome.stop_reason if outcome.started else None,
-        output=outcome.output,
-        diagnostic=outcome.diagnostic,
+        stop_reason=(outcome.stop_reason if outcome.started else None) if last is None else last.stop_reason,
+        output=outcome.output if last is None else last.output,
+        diagnostic=outcome.diagnostic if last is None else last.diagnostic,
         exit_code=None if exit_facts is None else exit_facts.exit_code,
         signal=None if exit_facts is None else exit_facts.signal,
         quiescent=outcome.quiescent,
@@ -269,9 +319,65 @@ async def run_job(
         started=outcome.started,
         duration_s=round(time.monotonic() - began, 3),
         node=socket.gethostname(),
+        usage=None if outcome.result is None else outcome.result.usage,
         resources=run.resources,
+        turns=turns,
         ray_node=ray_node,
     )
+
+
+async def _converse(
+    run: Run, tasks: tuple[str, ...], abort: AbortSignal
+) -> tuple[RunOutcome, list[TurnRecord] | None]:
+    """A conversation item's turns, one at a time on the same child; the turns are None when
+    ``abort`` cut the conversation short (the item did not finish: no record).
+
+    Every turn runs while the conversation is open, a failed turn included (a turn's
+    failure is that turn's).  When a turn cannot be sent (the child died, a limit ended
+    the conversation, ...), the record gets one more entry for it: stop reason ``error``,
+    the closed ``ConversationOver`` line as its diagnostic, with the teardown's line if
+    any; the turns after it are not attempted.  The last entry is the record's top level;
+    a last turn that completed but whose tree could not be proven gone is ``error``, as in
+    a one-shot record.
+    """
+    from supervisor._turns import converse  # the conversation sequence: only for such items
+
+    pending = iter(tasks)
+
+    async def next_task(_turn: int, _result: SubagentResult) -> str | None:
+        return None if abort.aborted else next(pending, None)
+
+    conversation = await converse(run, next_task, abort)
+    end = conversation.end
+    if abort.aborted and (
+        end.cancelled or conversation.not_sent is not None or len(conversation.results) <= len(tasks)
+    ):
+        return end, None
+    turns = [
+        TurnRecord(
+            turn=number,
+            stop_reason=result.stop_reason,
+            output=result.output,
+            diagnostic=result.diagnostic,
+            usage=result.usage,
+        )
+        for number, result in enumerate(conversation.results, start=1)
+    ]
+    teardown = None if end.teardown_error is None else end.teardown_error.diagnostic
+    if conversation.not_sent is not None:
+        turns.append(
+            TurnRecord(
+                turn=len(turns) + 1,
+                stop_reason=StopReason.ERROR,
+                output="",
+                diagnostic=bound_diagnostic(join_lines(str(conversation.not_sent), teardown)),
+            )
+        )
+    elif turns:  # the last turn carries the run's end (a teardown failure), as a one-shot record does
+        turns[-1] = turns[-1].model_copy(
+            update={"stop_reason": end.stop_reason, "diagnostic": end.diagnostic}
+        )
+    return end, turns
 
 
 home("supervisor", BatchItem, BatchRecord, BatchError)
