@@ -55,11 +55,18 @@ class ConversationOutcome:
         return self.end.run
 
 
-async def converse(run: Run, next_task: NextTask, abort: AbortSignal | None = None) -> ConversationOutcome:
+async def converse(
+    run: Run,
+    next_task: NextTask,
+    abort: AbortSignal | None = None,
+    *,
+    published: Callable[[], None] | None = None,
+) -> ConversationOutcome:
     """Start ``run`` as a conversation, run its turns, dispose it; see the module docstring.
 
     ``run`` is a fresh run of a kind that converses (``registry.check(..., conversation=True)``
-    says so before anything spawns).
+    says so before anything spawns).  ``published`` is called once the start succeeded
+    (turn 1 then runs at the child: a front-end may cancel it without ending the start).
     """
     results: list[SubagentResult] = []
     not_sent: ConversationOver | None = None
@@ -72,6 +79,8 @@ async def converse(run: Run, next_task: NextTask, abort: AbortSignal | None = No
             start_error = exc
         else:
             try:
+                if published is not None:
+                    published()
                 results.append(await run.result())
                 while (task := await next_task(len(results), results[-1])) is not None:
                     try:

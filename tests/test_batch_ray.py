@@ -167,6 +167,37 @@ def test_records_come_back_complete_and_the_work_is_spread_over_nodes(
     assert supervised_children() == []
 
 
+def test_a_conversation_item_runs_its_turns_inside_one_ray_task(cluster: Cluster, tmp_path: Path) -> None:
+    source = write_input(
+        tmp_path / "in.jsonl",
+        {"id": "talk", "task": "what is 2+2?", "turns": ["and 3+3?\n@usage", "@recall"]},
+        {"id": "dies", "task": "one", "turns": ["@exit 3", "never sent"]},
+    )
+    proc = ray_batch(cluster, str(source), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    found = {r["id"]: r for r in records(proc.stdout)}
+    talk = found["talk"]
+    assert [(t["turn"], t["stop_reason"], t["output"]) for t in talk["turns"]] == [
+        (1, "completed", "Hello! You asked: what is 2+2?"),
+        (2, "completed", "Hello! You asked: and 3+3?"),
+        (3, "completed", "Earlier in this session you asked: what is 2+2?; and 3+3?"),
+    ]
+    assert talk["turns"][1]["usage"] == {
+        "input_tokens": 2,
+        "output_tokens": 5,
+        "cached_input_tokens": None,
+        "cost_usd": 0.0007,
+    }
+    assert (talk["stop_reason"], talk["quiescent"]) == ("completed", True)
+    assert talk["ray_node"] in cluster.node_ids
+    dies = found["dies"]
+    assert [t["stop_reason"] for t in dies["turns"]] == ["completed", "error", "error"]
+    assert dies["diagnostic"] == (
+        "subagent conversation is over (provider: ACP; turn: 2; reason: child exited; exit code: 3)"
+    )
+    assert supervised_children() == []
+
+
 def test_with_otel_the_trace_goes_on_in_each_ray_task(cluster: Cluster, tmp_path: Path) -> None:
     """The driver's batch span is the parent of every run's span on the workers: the child on
     the worker node sees a ``TRACEPARENT`` of the batch's trace (the worker's own export

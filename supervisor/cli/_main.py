@@ -43,22 +43,32 @@ exit status:
 """
 
 
+CHAT_EPILOG = """\
+One task per line of stdin (a prompt on a terminal); each answer is printed as its
+turn ends. The first line starts the child; every later line is the next turn of the
+same agent session. End of input (Ctrl-D) ends the conversation.
+Ctrl-C cancels the running turn (the conversation goes on); a second Ctrl-C quits.
+
+-- COMMAND ARGS...
+  the child to supervise, as for `run`, e.g.
+  subagents chat -- npx @zed-industries/codex-acp
+
+exit status:
+  0    every turn completed (turns cancelled with Ctrl-C aside), the input ended
+  1    a turn failed or timed out, the conversation ended on its own, or the start failed
+  2    a usage or configuration error (nothing was started)
+  130  quit with Ctrl-C (or --timeout before the first turn's start was done)
+  143  SIGTERM
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2
         raise ConfigError(message)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    run = commands.add_parser(
-        "run",
-        help="run one task in a supervised child agent",
-        epilog=RUN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def _run_options(run: argparse.ArgumentParser, *, timeout_help: str, json_help: str) -> None:
+    """The options of ``run``, which ``chat`` shares."""
     run.add_argument("--provider", metavar="NAME", help="the config entry to use (default: the first)")
     run.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     run.add_argument("--cwd", metavar="DIR", help="the child's working directory (default: here)")
@@ -68,10 +78,10 @@ def _parser() -> argparse.ArgumentParser:
         help="how to answer permission requests (entries with a permission key)",
     )
     run.add_argument("--env", metavar="K=V", action="append", default=[], help="extra child environment")
-    run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    run.add_argument("--json", action="store_true", help=json_help)
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
-    run.add_argument("--timeout", metavar="SECONDS", type=float, help="cancel the run after SECONDS")
+    run.add_argument("--timeout", metavar="SECONDS", type=float, help=timeout_help)
     run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     run.add_argument(
         "--start-timeout",
@@ -88,8 +98,37 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="fail the run when the child writes nothing and its tree uses no CPU for SECONDS",
     )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run AI coding agents as supervised child processes.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser(
+        "run",
+        help="run one task in a supervised child agent",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _run_options(
+        run, timeout_help="cancel the run after SECONDS", json_help="print one JSON object on stdout"
+    )
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
     run.usage = run.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
+
+    chat = commands.add_parser(
+        "chat",
+        help="talk to one supervised child agent: one task per line of stdin",
+        epilog=CHAT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _run_options(
+        chat,
+        timeout_help="cancel a turn after SECONDS (the first turn's start included)",
+        json_help="print one JSON object per turn, then one for the conversation, on stdout",
+    )
+    chat.usage = chat.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
 
     diagrams = commands.add_parser(
         "diagrams", help="print the lifecycle diagrams as Mermaid (or write, check, render them)"
@@ -218,13 +257,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _doctor()
         from supervisor.process import own_orphans  # the process layer: these commands need it anyway
 
-        own_orphans()  # run, batch and mcp start no children of their own besides runs
+        own_orphans()  # run, chat, batch and mcp start no children of their own besides runs
         if args.command == "batch" and not command:
             return _batch(args)
         if args.command == "mcp" and not command:
             return _mcp(args)
-        if command and args.command != "run":
-            return _usage("-- COMMAND is only for `run`")
+        if command and args.command not in ("run", "chat"):
+            return _usage("-- COMMAND is only for `run` and `chat`")
+        if args.command == "chat":
+            from supervisor.cli import _chat
+
+            return _chat.command(args, command)
         from supervisor.cli import _run  # the run's machinery: only when a run is asked for
 
         return _run.command(args, command)

@@ -73,6 +73,12 @@ def _plan(args: argparse.Namespace, command: list[str]) -> _Plan:
     task = sys.stdin.read() if args.task == "-" else args.task
     if not task.strip():
         raise ConfigError("the task is blank")
+    return plan(args, command, task)
+
+
+def plan(args: argparse.Namespace, command: list[str], task: str) -> _Plan:
+    """The entry and its overrides from the run options (``run`` and ``chat`` share them);
+    a ConfigError names the flag, the file, the entry or the key."""
     if args.timeout is not None and not 0 < args.timeout < float("inf"):
         raise ConfigError("--timeout must be a positive number of seconds")
     parent_cwd = Path.cwd()
@@ -212,6 +218,13 @@ class _Progress:
         if self._enabled and self._tty and self._shown is not None:
             self._stream.write("\r\033[K")
             self._stream.flush()
+
+    def next_turn(self) -> None:
+        """A conversation's turn is over: its live line is cleared and the next turn shows
+        its stage again (plain lines show each stage once)."""
+        self.done()
+        if self._tty:
+            self._shown = None
 
     def say(self, line: str) -> None:
         """One line of its own (the live line, if any, is redrawn after it)."""

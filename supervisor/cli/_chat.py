@@ -1,0 +1,393 @@
+"""``subagents chat``: one supervised child, one conversation, one task per line of stdin.
+
+The first non-blank line starts the child (turn 1 is that line, its start included); every
+later line is the next turn on the same agent session (``supervisor._turns.converse``).
+Each answer goes to stdout as its turn ends; stage progress, cancellation lines and a
+failed turn's diagnostic go to stderr, as for ``run``.  On a terminal a prompt (``> ``,
+on stderr) asks for each line.  End of input ends the conversation; the tree is taken
+down as after ``run``.
+
+Interrupts.  Ctrl-C while a turn runs cancels that turn (local cancellation: it settles
+``aborted`` with its partial output; the conversation goes on).  A Ctrl-C at the prompt
+only says how to quit.  A second Ctrl-C with no line sent in between quits: the
+conversation ends, a running turn is cancelled and the tree is taken down (exit 130);
+one more skips the teardown's graces.  Ctrl-C while the child is starting quits at once
+(there is no conversation yet to keep).  SIGTERM and SIGHUP quit (143, 129).
+
+``--timeout SECONDS`` bounds each turn (turn 1 from the start of the run, as for
+``run``): a turn over it is cancelled and the conversation goes on; a start over it is a
+local cancellation (exit 130).
+
+``--json``: one object per line on stdout: ``{"type": "turn", run_id, turn,
+stop_reason, output, diagnostic, usage}`` as each turn ends, then ``{"type":
+"conversation", ...}``: the keys of ``run --json`` (``stop_reason``, ``output``,
+``diagnostic`` and ``usage`` being the last turn's) and ``turns``, the number of turn
+objects.  A line the conversation could no longer take (the child died, a limit or the
+idle timeout ended it) is a turn object with stop reason ``error`` and the closed
+``ConversationOver`` line as its diagnostic; the chat then ends (exit 1).
+
+Imported only when the ``chat`` command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+
+from machines import Transition
+from supervisor import telemetry
+from supervisor._abort import AbortSignal
+from supervisor._consumers import headline
+from supervisor._errors import ConversationOver, StartAborted
+from supervisor._handle import Run
+from supervisor._registry import Registry
+from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._turns import ConversationOutcome, converse
+from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan
+from supervisor.cli._usage import (
+    EXIT_FAILED,
+    EXIT_HANGUP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    PROG,
+    configure_logging,
+)
+
+PROMPT = "> "
+_STATUS = {"SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}
+
+
+def command(args: argparse.Namespace, child: list[str]) -> int:
+    """Plan the chat, check the kind can converse (exit 2 if not), then talk."""
+    chat_plan = plan(args, child, task="")
+    config = chat_plan.entry.build(chat_plan.overrides)
+    provider = chat_plan.entry.provider(config)
+    registry = Registry()
+    registry.register(provider)
+    # Refused before anything spawns (and before a line is read) when the kind cannot converse.
+    registry.check(
+        provider.name, SubagentRequest(task="chat", parent_cwd=chat_plan.parent_cwd), conversation=True
+    )
+    configure_logging(args.verbose)
+    telemetry.configure_from_cli(args.otel)
+    try:
+        return anyio.run(_talk, chat_plan, args, provider, backend="asyncio")
+    finally:
+        telemetry.shutdown()
+
+
+async def _talk(chat_plan: _Plan, args: argparse.Namespace, provider: Any) -> int:
+    return await _Chat(chat_plan, args, provider).main()  # its cancel scopes need the event loop
+
+
+class _Lines:
+    """Lines of stdin, read in a daemon thread (a blocked read never holds the exit up)
+    and handed over one at a time; None at the end of input."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._send, self._receive = anyio.create_memory_object_stream[bytes](0)
+
+    def start(self) -> None:
+        token = anyio.lowlevel.current_token()
+        threading.Thread(target=self._pump, args=(token,), name="subagents-chat-stdin", daemon=True).start()
+
+    def _pump(self, token: anyio.lowlevel.EventLoopToken) -> None:
+        try:
+            while line := self._stream.readline():
+                anyio.from_thread.run(self._send.send, line, token=token)
+        except Exception:  # stdin failed (a read error is the end of input), or the chat is over
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                anyio.from_thread.run_sync(self._send.close, token=token)
+
+    async def next(self) -> bytes | None:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            return None
+
+
+@dataclass
+class _Chat:
+    plan: _Plan
+    args: argparse.Namespace
+    provider: Any
+    abort: AbortSignal = field(default_factory=AbortSignal)
+    run: Run | None = None
+    phase: str = "waiting"  # waiting (for a line), starting, turn
+    turn: int = 0  # the number of the turn running or last run
+    interrupted: bool = False  # a Ctrl-C since the last line was sent
+    cause: str | None = None  # why the chat quits: SIGINT, SIGTERM, SIGHUP, timeout
+    user_cancelled: set[int] = field(default_factory=set)
+    failed: bool = False  # a line that could not be sent (not UTF-8)
+    lines_seen: int = 0
+    reading: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    timer: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    progress: _Progress | None = None
+    task_group: anyio.abc.TaskGroup | None = None
+    lines: _Lines | None = None
+
+    @property
+    def tty(self) -> bool:
+        return sys.stdin.isatty()
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress.say(line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    # -- the conversation ---------------------------------------------------------------
+
+    async def main(self) -> int:
+        self.lines = _Lines(sys.stdin.buffer)
+        outcome: ConversationOutcome | None = None
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(self._watch_signals)
+            self.lines.start()
+            first = await self._read_line()
+            if first is not None:
+                outcome = await self._converse(first)
+            tg.cancel_scope.cancel()
+        if outcome is None:  # no line was ever sent: nothing started
+            return self._status_of(None)
+        return self._report_end(outcome)
+
+    async def _converse(self, first: str) -> ConversationOutcome:
+        request = SubagentRequest(task=first, parent_cwd=self.plan.parent_cwd)
+        run = self.provider.create_run(request, trace=self._on_transition)
+        self.run = run
+        self.progress = _Progress(sys.stderr, enabled=not self.args.trace, stages=run.vocabulary.stages)
+        self._begin_turn(1, starting=True)
+        outcome = await converse(run, self._next_task, self.abort, published=self._published)
+        self.timer.cancel()
+        if outcome.not_sent is not None:
+            self._report_not_sent(outcome.not_sent)
+        return outcome
+
+    def _published(self) -> None:
+        if self.phase == "starting":
+            self.phase = "turn"
+
+    def _begin_turn(self, number: int, *, starting: bool = False) -> None:
+        self.turn = number
+        self.phase = "starting" if starting else "turn"
+        self.interrupted = False
+        self.timer.cancel()
+        self.timer = anyio.CancelScope()
+        if self.args.timeout is not None and self.task_group is not None:
+            self.task_group.start_soon(self._time_turn, number, self.timer)
+
+    async def _next_task(self, number: int, result: SubagentResult) -> str | None:
+        self.timer.cancel()
+        self.phase = "waiting"
+        self._report_turn(number, result)
+        if self.cause is not None:
+            return None
+        line = await self._read_line()
+        if line is None:
+            return None
+        self._begin_turn(number + 1)
+        return line
+
+    async def _read_line(self) -> str | None:
+        """The next non-blank line (its line ending removed); None at the end of input or
+        when the chat quits."""
+        assert self.lines is not None
+        self.reading = anyio.CancelScope()
+        with self.reading:
+            while self.cause is None:
+                if self.tty:
+                    sys.stdout.flush()
+                    sys.stderr.write(PROMPT)
+                    sys.stderr.flush()
+                raw = await self.lines.next()
+                if raw is None:
+                    if self.tty:  # the prompt's line ends with the input
+                        sys.stderr.write("\n")
+                    return None
+                self.lines_seen += 1
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    self.failed = True
+                    self.say(f"{PROG}: line {self.lines_seen} is not valid UTF-8; not sent")
+                    continue
+                text = text.removesuffix("\n").removesuffix("\r")
+                if text.strip():
+                    return text
+        return None
+
+    # -- output -------------------------------------------------------------------------
+
+    def _on_transition(self, entry: Transition) -> None:
+        if self.args.trace and self.run is not None:
+            record = {"run_id": entry.run_id, **self.run.audit.as_dict(entry)}
+            sys.stderr.write(json.dumps(record) + "\n")
+            sys.stderr.flush()
+        if self.progress is not None:
+            self.progress.transition(entry)
+
+    def _report_turn(self, number: int, result: SubagentResult) -> None:
+        if self.progress is not None:
+            self.progress.next_turn()
+        assert self.run is not None
+        if self.args.json:
+            usage = None if result.usage is None else result.usage.model_dump()
+            self._json(
+                {
+                    "type": "turn",
+                    "run_id": self.run.id,
+                    "turn": number,
+                    "stop_reason": result.stop_reason,
+                    "output": result.output,
+                    "diagnostic": result.diagnostic,
+                    "usage": usage,
+                }
+            )
+            return
+        if result.output:
+            sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
+            sys.stdout.flush()
+        said = number in self.user_cancelled or self.cause is not None  # the cancellation line said why
+        if result.stop_reason != StopReason.COMPLETED and not said:
+            self.say(f"{PROG}: turn {number}: {headline(result.stop_reason)}")
+            if result.diagnostic:
+                self.say(f"Diagnostic: {result.diagnostic}")
+
+    def _report_not_sent(self, over: ConversationOver) -> None:
+        assert self.run is not None
+        if self.args.json:
+            self._json(
+                {
+                    "type": "turn",
+                    "run_id": self.run.id,
+                    "turn": self.turn,
+                    "stop_reason": StopReason.ERROR,
+                    "output": "",
+                    "diagnostic": str(over),
+                    "usage": None,
+                }
+            )
+        else:
+            self.say(f"{PROG}: {over}")
+
+    def _report_end(self, outcome: ConversationOutcome) -> int:
+        end, run = outcome.end, outcome.run
+        spawn_failure = _spawn_failure(end.start_error)
+        if spawn_failure is not None:
+            sys.stderr.write(f"{PROG}: {spawn_failure}\n")
+        turns = len(outcome.results) + (outcome.not_sent is not None)
+        if self.args.json:
+            exit_facts = run.exit_facts
+            last = outcome.results[-1] if outcome.results else None
+            document: dict[str, Any] = {
+                "type": "conversation",
+                "run_id": run.id,
+                "provider": self.plan.entry.name,
+                "kind": self.plan.entry.kind,
+                "started": end.started,
+                "turns": turns,
+                "stop_reason": end.stop_reason if end.started else None,
+                "output": end.output,
+                "diagnostic": end.diagnostic,
+                "usage": None if last is None or last.usage is None else last.usage.model_dump(),
+                "stages": list(run.stages_entered),
+                "exit_code": None if exit_facts is None else exit_facts.exit_code,
+                "signal": None if exit_facts is None else exit_facts.signal,
+                "quiescent": end.quiescent,
+                "containment": run.containment,
+                "resources": None if run.resources is None else run.resources.model_dump(),
+                "audit": run.audit.as_dicts(),
+            }
+            if outcome.not_sent is not None:
+                document.update(
+                    stop_reason=StopReason.ERROR, output="", diagnostic=str(outcome.not_sent), usage=None
+                )
+            if end.teardown_error is not None:
+                document["teardown"] = end.teardown_error.diagnostic
+            self._json(document)
+        else:
+            if isinstance(end.start_error, StartAborted):
+                if self.cause is None:
+                    sys.stderr.write(f"{PROG}: {headline(StopReason.ABORTED)}\n")
+            elif end.start_error is not None:
+                sys.stderr.write(f"{PROG}: {end.start_error}\n")
+            if end.teardown_error is not None:
+                sys.stderr.write(f"{PROG}: teardown failed\nDiagnostic: {end.teardown_error.diagnostic}\n")
+        return self._status_of(outcome)
+
+    def _status_of(self, outcome: ConversationOutcome | None) -> int:
+        if self.cause is not None:
+            return _STATUS.get(self.cause, EXIT_INTERRUPTED)
+        if self.failed or outcome is None:
+            return EXIT_FAILED if self.failed else EXIT_OK
+        end = outcome.end
+        if not end.started or outcome.not_sent is not None or end.teardown_error is not None:
+            return EXIT_FAILED
+        for number, result in enumerate(outcome.results, start=1):
+            if result.stop_reason != StopReason.COMPLETED and number not in self.user_cancelled:
+                return EXIT_FAILED
+        return EXIT_OK if end.quiescent else EXIT_FAILED
+
+    def _json(self, document: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+    # -- interrupts ---------------------------------------------------------------------
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self.cause is not None:
+                    if signum == signal.SIGINT and self.run is not None:  # no more graces
+                        self.run.force_kill()
+                elif name != "SIGINT" or self.interrupted or self.phase == "starting":
+                    self._quit(name)
+                elif self.phase == "turn" and self.run is not None:
+                    self.interrupted = True
+                    self.user_cancelled.add(self.turn)
+                    self.say(f"{PROG}: turn {self.turn} cancelled (Ctrl-C again to quit)")
+                    self.run.cancel()
+                else:
+                    self.interrupted = True
+                    self.say(f"{PROG}: Ctrl-C again to quit (or end the input)")
+
+    def _quit(self, cause: str) -> None:
+        self.cause = cause
+        if self.run is not None:
+            if cause == "timeout":
+                seconds = self.args.timeout
+                self.say(f"{PROG}: timed out after {seconds:g} s; stopping the child (Ctrl-C to kill it now)")
+            else:
+                self.say(f"{PROG}: cancelled; stopping the child (Ctrl-C again to kill it now)")
+        self.abort.abort()
+        self.reading.cancel()
+
+    async def _time_turn(self, number: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            await anyio.sleep(self.args.timeout)
+            if self.cause is not None or self.turn != number or self.run is None:
+                return
+            if self.phase == "starting":
+                self._quit("timeout")
+            elif self.phase == "turn":
+                self.say(f"{PROG}: timed out after {self.args.timeout:g} s; turn {number} cancelled")
+                self.run.cancel()
