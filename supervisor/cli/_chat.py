@@ -11,8 +11,9 @@ Interrupts.  Ctrl-C while a turn runs cancels that turn (local cancellation: it 
 ``aborted`` with its partial output; the conversation goes on).  A Ctrl-C at the prompt
 only says how to quit.  A second Ctrl-C with no line sent in between quits: the
 conversation ends, a running turn is cancelled and the tree is taken down (exit 130);
-one more skips the teardown's graces.  Ctrl-C while the child is starting quits at once
-(there is no conversation yet to keep).  SIGTERM and SIGHUP quit (143, 129).
+one more skips the teardown's graces.  Ctrl-C while the child is starting cancels turn 1
+once the start is done (a start is not cut in two: a second Ctrl-C quits, aborting it).
+SIGTERM and SIGHUP quit (143, 129).
 
 ``--timeout SECONDS`` bounds each turn (turn 1 from the start of the run, as for
 ``run``): a turn over it is cancelled and the conversation goes on; a start over it is a
@@ -32,7 +33,7 @@ Imported only when the ``chat`` command runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import asyncio
 import json
 import signal
 import sys
@@ -42,8 +43,6 @@ from typing import Any, BinaryIO
 
 import anyio
 import anyio.abc
-import anyio.from_thread
-import anyio.lowlevel
 
 from machines import Transition
 from supervisor import telemetry
@@ -93,32 +92,47 @@ async def _talk(chat_plan: _Plan, args: argparse.Namespace, provider: Any) -> in
 
 
 class _Lines:
-    """Lines of stdin, read in a daemon thread (a blocked read never holds the exit up)
-    and handed over one at a time; None at the end of input."""
+    """Lines of stdin, read in a daemon thread one at a time as they are asked for (a read
+    blocked on a terminal never holds the exit up); None at the end of input.
+
+    The thread hands a line over with ``call_soon_threadsafe`` (never waiting on the event
+    loop, which may be gone when a late line arrives)."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self._send, self._receive = anyio.create_memory_object_stream[bytes](0)
+        self._wanted = threading.Semaphore(0)
+        self._send, self._receive = anyio.create_memory_object_stream[bytes | None](1)
+        self._asked = False
+        self._ended = False
 
     def start(self) -> None:
-        token = anyio.lowlevel.current_token()
-        threading.Thread(target=self._pump, args=(token,), name="subagents-chat-stdin", daemon=True).start()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._pump, args=(loop,), name="subagents-chat-stdin", daemon=True).start()
 
-    def _pump(self, token: anyio.lowlevel.EventLoopToken) -> None:
-        try:
-            while line := self._stream.readline():
-                anyio.from_thread.run(self._send.send, line, token=token)
-        except Exception:  # stdin failed (a read error is the end of input), or the chat is over
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                anyio.from_thread.run_sync(self._send.close, token=token)
+    def _pump(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            self._wanted.acquire()
+            try:
+                line = self._stream.readline()
+            except (OSError, ValueError):  # a read error is the end of input
+                line = b""
+            try:
+                loop.call_soon_threadsafe(self._send.send_nowait, line or None)
+            except RuntimeError:  # the event loop is closed: the chat is over
+                return
+            if not line:
+                return
 
     async def next(self) -> bytes | None:
-        try:
-            return await self._receive.receive()
-        except anyio.EndOfStream:
+        if self._ended:
             return None
+        if not self._asked:
+            self._asked = True
+            self._wanted.release()
+        line = await self._receive.receive()
+        self._asked = False
+        self._ended = line is None
+        return line
 
 
 @dataclass
@@ -140,13 +154,21 @@ class _Chat:
     progress: _Progress | None = None
     task_group: anyio.abc.TaskGroup | None = None
     lines: _Lines | None = None
+    prompting: bool = False  # the prompt is on the terminal, awaiting a line
 
     @property
     def tty(self) -> bool:
         return sys.stdin.isatty()
 
     def say(self, line: str) -> None:
-        if self.progress is not None:
+        """One line on stderr; at a prompt, on a line of its own, and the prompt again after it
+        while a line is still awaited."""
+        if self.prompting:
+            sys.stderr.write("\n" + line + "\n")
+            if self.cause is None:
+                sys.stderr.write(PROMPT)
+            sys.stderr.flush()
+        elif self.progress is not None:
             self.progress.say(line)
         else:
             sys.stderr.write(line + "\n")
@@ -184,6 +206,8 @@ class _Chat:
     def _published(self) -> None:
         if self.phase == "starting":
             self.phase = "turn"
+            if 1 in self.user_cancelled and self.run is not None:  # Ctrl-C during the start
+                self.run.cancel()
 
     def _begin_turn(self, number: int, *, starting: bool = False) -> None:
         self.turn = number
@@ -217,10 +241,15 @@ class _Chat:
                     sys.stdout.flush()
                     sys.stderr.write(PROMPT)
                     sys.stderr.flush()
-                raw = await self.lines.next()
+                    self.prompting = True
+                try:
+                    raw = await self.lines.next()
+                finally:
+                    self.prompting = False
                 if raw is None:
                     if self.tty:  # the prompt's line ends with the input
                         sys.stderr.write("\n")
+                        sys.stderr.flush()
                     return None
                 self.lines_seen += 1
                 try:
@@ -290,6 +319,8 @@ class _Chat:
 
     def _report_end(self, outcome: ConversationOutcome) -> int:
         end, run = outcome.end, outcome.run
+        if self.progress is not None:
+            self.progress.done()
         spawn_failure = _spawn_failure(end.start_error)
         if spawn_failure is not None:
             sys.stderr.write(f"{PROG}: {spawn_failure}\n")
@@ -359,13 +390,14 @@ class _Chat:
                 if self.cause is not None:
                     if signum == signal.SIGINT and self.run is not None:  # no more graces
                         self.run.force_kill()
-                elif name != "SIGINT" or self.interrupted or self.phase == "starting":
+                elif name != "SIGINT" or self.interrupted:
                     self._quit(name)
-                elif self.phase == "turn" and self.run is not None:
+                elif self.phase in ("starting", "turn") and self.run is not None:
                     self.interrupted = True
                     self.user_cancelled.add(self.turn)
                     self.say(f"{PROG}: turn {self.turn} cancelled (Ctrl-C again to quit)")
-                    self.run.cancel()
+                    if self.phase == "turn":  # while starting: once the start is done
+                        self.run.cancel()
                 else:
                     self.interrupted = True
                     self.say(f"{PROG}: Ctrl-C again to quit (or end the input)")
