@@ -185,3 +185,33 @@ def test_a_kind_that_declares_no_conversation_is_refused_one_and_runs_as_before(
     assert proc.stdout == (
         'subagent provider "echo" does not support the "conversation" capability\nhi False 1\n'
     )
+
+
+def test_chat_and_batch_turns_refuse_a_kind_that_cannot_converse(plugin_path: str, tmp_path: Path) -> None:
+    """Before anything spawns: ``chat`` is a usage error, a batch item with ``turns`` an error
+    record (the batch goes on: the one-shot item runs)."""
+    config = write_config(tmp_path)
+    path = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
+    chat = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "chat", "--config", str(config)],
+        cwd=tmp_path,
+        input="hi\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert (chat.returncode, chat.stdout) == (2, "")
+    assert (
+        chat.stderr
+        == 'subagents: subagent provider "my-echo" does not support the "conversation" capability\n'
+    )
+    items = tmp_path / "in.jsonl"
+    items.write_text('{"id": "t", "task": "hi", "turns": ["again"]}\n{"id": "one", "task": "hi"}\n')
+    proc = subagents(plugin_path, "batch", str(items), "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"id": "t"')]
+    assert lines == [
+        '{"id": "t", "error": "turns: subagent provider \\"my-echo\\" does not support the \\"conversation\\" capability"}'
+    ]
+    assert '"id": "one"' in proc.stdout
