@@ -44,6 +44,7 @@ EXPORTS = {
     "BatchItem",
     "BatchRecord",
     "BatchError",
+    "TurnRecord",
     # errors
     "SubagentError",
     "ConfigurationError",

@@ -86,3 +86,38 @@ def test_the_conversation_example_runs_verbatim_and_prints_what_the_readme_shows
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == shown.group(1)
     assert proc.stderr == ""
+
+
+def _section_blocks(heading: str) -> list[str]:
+    """The fenced blocks of the README section under ``heading`` (up to the next heading)."""
+    section = re.split(r"\n#{2,3} ", README.split(heading, 1)[1], maxsplit=1)[0]
+    return re.findall(r"```[a-z]*\n(.*?)```", section, re.S)
+
+
+def _run_sh(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    return subprocess.run(
+        ["bash", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": path},
+    )
+
+
+def test_the_chat_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    script, shown = _section_blocks("### `subagents chat`")[:2]
+    proc = _run_sh(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == shown
+
+
+def test_the_batch_turns_example_writes_the_turns_the_readme_shows(tmp_path: Path) -> None:
+    import json
+
+    script, shown = _section_blocks("### Conversation items: `turns`")[:2]
+    proc = _run_sh(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [record] = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [json.loads(line) for line in shown.splitlines()] == record["turns"]

@@ -380,4 +380,4 @@ async def _converse(
     return end, turns
 
 
-home("supervisor", BatchItem, BatchRecord, BatchError)
+home("supervisor", BatchItem, BatchRecord, BatchError, TurnRecord)
