@@ -281,7 +281,8 @@ def _describe(exc: ValidationError) -> str:
 async def run_job(
     job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[Run] | None = None
 ) -> BatchRecord | None:
-    """Start, settle and dispose one run (:func:`~supervisor.supervise`); None when ``abort``
+    """Start, settle and dispose one run (:func:`~supervisor.supervise`; an item with
+    ``turns``: every turn of its conversation, see :func:`_converse`); None when ``abort``
     cancelled it before it finished.
 
     A cancellation of the caller's scope is a local cancellation of the run: its tree is
@@ -319,7 +320,7 @@ async def run_job(
         started=outcome.started,
         duration_s=round(time.monotonic() - began, 3),
         node=socket.gethostname(),
-        usage=None if outcome.result is None else outcome.result.usage,
+        usage=(None if outcome.result is None else outcome.result.usage) if last is None else last.usage,
         resources=run.resources,
         turns=turns,
         ray_node=ray_node,
