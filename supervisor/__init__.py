@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.batching._jobs import BatchError as BatchError
     from supervisor.batching._jobs import BatchItem as BatchItem
     from supervisor.batching._jobs import BatchRecord as BatchRecord
-    from supervisor.batching._jobs import TurnRecord as TurnRecord
+    from supervisor.batching._jobs import BatchTurn as BatchTurn
     from supervisor.batching._local import batch as batch
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
@@ -111,7 +111,7 @@ _ORIGINS: dict[str, str] = {
     "BatchError": "supervisor.batching._jobs",
     "BatchItem": "supervisor.batching._jobs",
     "BatchRecord": "supervisor.batching._jobs",
-    "TurnRecord": "supervisor.batching._jobs",
+    "BatchTurn": "supervisor.batching._jobs",
     "batch": "supervisor.batching._local",
     "ExitFacts": "supervisor.process",
     "StderrMode": "supervisor.process",
@@ -126,6 +126,7 @@ __all__ = (
     "BatchError",
     "BatchItem",
     "BatchRecord",
+    "BatchTurn",
     "Capabilities",
     "ConfigurationError",
     "ConversationEnd",
@@ -153,7 +154,6 @@ __all__ = (
     "Transition",
     "TransitionSink",
     "TurnInProgress",
-    "TurnRecord",
     "UnsupportedCapability",
     "Usage",
     "batch",

@@ -139,17 +139,24 @@ def test_a_line_after_the_child_died_is_a_clear_line_and_nothing_is_left(tmp_pat
 
 def test_a_child_that_dies_between_turns(tmp_path: Path) -> None:
     cli = subprocess.Popen(
-        [*CHAT, "--json"], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*CHAT, "--json", "--trace"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert cli.stdin is not None
     assert cli.stdout is not None
+    assert cli.stderr is not None
     cli.stdin.write(b"one\n")
     cli.stdin.flush()
     first = json.loads(cli.stdout.readline())  # turn 1 answered: the child is idle
     assert first["stop_reason"] == "completed"
     [agent] = supervised_children()
     agent.kill()
-    agent.wait(60)
+    for line in cli.stderr:  # the supervisor saw the idle child go (event-driven, its own trace)
+        if json.loads(line)["event"] == "child_lost":
+            break
     out, err = cli.communicate(b"two\n", timeout=120)
     assert cli.returncode == 1, err
     over, end = objects(out.decode())

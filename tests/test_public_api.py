@@ -44,7 +44,7 @@ EXPORTS = {
     "BatchItem",
     "BatchRecord",
     "BatchError",
-    "TurnRecord",
+    "BatchTurn",
     # errors
     "SubagentError",
     "ConfigurationError",

@@ -51,7 +51,7 @@ class BatchItem(BaseModel):
     cwd: str | None = None
 
 
-class TurnRecord(BaseModel):
+class BatchTurn(BaseModel):
     """One turn of a conversation item: ``{turn, stop_reason, output, diagnostic, usage}``."""
 
     model_config = ConfigDict(frozen=True)
@@ -85,7 +85,7 @@ class BatchRecord(BaseModel):
     """What the (last) turn used, when the agent reported it."""
     resources: Resources | None = None
     """What the run's tree used (cgroup containment; None in process-tree)."""
-    turns: list[TurnRecord] | None = None
+    turns: list[BatchTurn] | None = None
     """Every turn of a conversation item (an item with ``turns``); absent otherwise."""
     ray_node: str | None = None  # the Ray node id, in Ray mode only
 
@@ -292,7 +292,7 @@ async def run_job(
     live = live if live is not None else set()
     began = time.monotonic()
     live.add(run)
-    turns: list[TurnRecord] | None = None
+    turns: list[BatchTurn] | None = None
     try:
         if job.turns is None:
             outcome = await supervise(run, abort)
@@ -329,7 +329,7 @@ async def run_job(
 
 async def _converse(
     run: Run, tasks: tuple[str, ...], abort: AbortSignal
-) -> tuple[RunOutcome, list[TurnRecord] | None]:
+) -> tuple[RunOutcome, list[BatchTurn] | None]:
     """A conversation item's turns, one at a time on the same child; the turns are None when
     ``abort`` cut the conversation short (the item did not finish: no record).
 
@@ -355,7 +355,7 @@ async def _converse(
     ):
         return end, None
     turns = [
-        TurnRecord(
+        BatchTurn(
             turn=number,
             stop_reason=result.stop_reason,
             output=result.output,
@@ -367,7 +367,7 @@ async def _converse(
     teardown = None if end.teardown_error is None else end.teardown_error.diagnostic
     if conversation.not_sent is not None:
         turns.append(
-            TurnRecord(
+            BatchTurn(
                 turn=len(turns) + 1,
                 stop_reason=StopReason.ERROR,
                 output="",
@@ -381,4 +381,4 @@ async def _converse(
     return end, turns
 
 
-home("supervisor", BatchItem, BatchRecord, BatchError, TurnRecord)
+home("supervisor", BatchItem, BatchRecord, BatchError, BatchTurn)

@@ -35,11 +35,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -95,11 +96,14 @@ class _Lines:
     """Lines of stdin, read in a daemon thread one at a time as they are asked for (a read
     blocked on a terminal never holds the exit up); None at the end of input.
 
-    The thread hands a line over with ``call_soon_threadsafe`` (never waiting on the event
-    loop, which may be gone when a late line arrives)."""
+    The thread reads the file descriptor with ``os.read``, not through ``sys.stdin``: a
+    daemon thread blocked inside a buffered reader holds its lock, and an interpreter that
+    finalises that reader then aborts.  It hands a line over with ``call_soon_threadsafe``
+    (never waiting on the event loop, which may be gone when a late line arrives)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
-        self._stream = stream
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._pending = bytearray()
         self._wanted = threading.Semaphore(0)
         self._send, self._receive = anyio.create_memory_object_stream[bytes | None](1)
         self._asked = False
@@ -112,16 +116,31 @@ class _Lines:
     def _pump(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
             self._wanted.acquire()
-            try:
-                line = self._stream.readline()
-            except (OSError, ValueError):  # a read error is the end of input
-                line = b""
+            line = self._readline()
             try:
                 loop.call_soon_threadsafe(self._send.send_nowait, line or None)
             except RuntimeError:  # the event loop is closed: the chat is over
                 return
             if not line:
                 return
+
+    def _readline(self) -> bytes:
+        """The next line with its newline, or what is left at the end of input (b"" at the end)."""
+        while (end := self._pending.find(b"\n")) < 0:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except InterruptedError:
+                continue
+            except OSError:  # a read error (EIO: the terminal is gone) is the end of input
+                chunk = b""
+            if not chunk:
+                line = bytes(self._pending)
+                self._pending.clear()
+                return line
+            self._pending += chunk
+        line = bytes(self._pending[: end + 1])
+        del self._pending[: end + 1]
+        return line
 
     async def next(self) -> bytes | None:
         if self._ended:
@@ -177,7 +196,7 @@ class _Chat:
     # -- the conversation ---------------------------------------------------------------
 
     async def main(self) -> int:
-        self.lines = _Lines(sys.stdin.buffer)
+        self.lines = _Lines(sys.stdin.fileno())
         outcome: ConversationOutcome | None = None
         async with anyio.create_task_group() as tg:
             self.task_group = tg
