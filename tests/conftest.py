@@ -38,6 +38,8 @@ from supervisor.process import (
     subreaper_enabled,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
+from tests.support.pidfd import pidfds
+from tests.support.pidfd import wait_gone as wait_exited
 
 # Shared checks whose ``assert``s should explain themselves, whichever test imports them first.
 pytest.register_assert_rewrite("tests.support.reliability")
@@ -82,20 +84,19 @@ def is_keeper(proc: psutil.Process) -> bool:
 
 
 def settle_keepers(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """``procs`` without keepers that exit (and are reaped) within a bounded wait.
+    """``procs`` without keepers that exit within a bounded wait.
 
     A keeper outlives its host by the moment it takes to read end of file: a CLI the
     test already waited for may leave its keeper exiting.  One that does not exit
-    once its host is gone is a leak like any other.
+    once its host is gone is a leak like any other.  Exited is enough (a pidfd becomes
+    readable): a keeper re-parented to init stays a zombie until init reaps it, which
+    here takes up to two seconds, and a zombie holds nothing.
     """
     keepers = [p for p in procs if is_keeper(p)]
     if not keepers:
         return procs
-    _, alive = psutil.wait_procs(keepers, timeout=10)
-    for proc in keepers:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(proc.pid, os.WNOHANG)
-    settled = {p.pid for p in keepers} - {p.pid for p in alive}
+    alive = set(wait_exited(pidfds(p.pid for p in keepers if p.is_running()), 10))
+    settled = {p.pid for p in keepers} - alive
     return [p for p in procs if p.pid not in settled]
 
 

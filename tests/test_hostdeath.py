@@ -11,12 +11,10 @@ import contextlib
 import json
 import os
 import re
-import select
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,39 +36,17 @@ from supervisor.process._keeper import KEEPER_PROGRAM
 from supervisor.process._keeper_main import KEEPER_NAME, cgroup_members, start_time
 from supervisor.process._markers import marker_dir
 from tests.conftest import CHILDREN, PYTHON, tagged
+from tests.support.pidfd import pidfds as pidfds
+from tests.support.pidfd import wait_gone as wait_exited
 
 HOST = CHILDREN / "host.py"
 ACP_CHILD = [PYTHON, "-I", str(CHILDREN / "acp_child.py")]
 GONE_WITHIN = 30.0  # a bound for "eventually", never a claim about speed
 
 
-def pidfds(pids: Iterable[int]) -> dict[int, int]:
-    """A pidfd for each pid that still exists (an exited, reaped one has none)."""
-    fds = {}
-    for pid in pids:
-        if pid > 0:
-            with contextlib.suppress(ProcessLookupError):
-                fds[pid] = os.pidfd_open(pid)
-    return fds
-
-
 def wait_gone(fds: dict[int, int], within: float = GONE_WITHIN) -> list[int]:
-    """Wait until every pidfd is readable (its process exited); the pids still alive after ``within``.
-
-    Whatever exited and was re-parented to this process (a subreaper) is reaped here.
-    """
-    pending = dict(fds)
-    end = time.monotonic() + within
-    while pending and (left := end - time.monotonic()) > 0:
-        ready, _, _ = select.select(list(pending.values()), [], [], left)
-        for pid, fd in list(pending.items()):
-            if fd in ready:
-                del pending[pid]
-    for pid, fd in fds.items():
-        os.close(fd)
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-    return sorted(pending)
+    """:func:`tests.support.pidfd.wait_gone` with this module's bound for "eventually"."""
+    return wait_exited(fds, within)
 
 
 @contextlib.contextmanager
