@@ -54,7 +54,7 @@ from supervisor._handle import Run
 from supervisor._registry import Registry
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor._turns import ConversationOutcome, converse
-from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan
+from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan, run_document
 from supervisor.cli._usage import (
     EXIT_FAILED,
     EXIT_HANGUP,
@@ -337,7 +337,7 @@ class _Chat:
             self.say(f"{PROG}: {over}")
 
     def _report_end(self, outcome: ConversationOutcome) -> int:
-        end, run = outcome.end, outcome.run
+        end = outcome.end
         if self.progress is not None:
             self.progress.done()
         spawn_failure = _spawn_failure(end.start_error)
@@ -345,33 +345,14 @@ class _Chat:
             sys.stderr.write(f"{PROG}: {spawn_failure}\n")
         turns = len(outcome.results) + (outcome.not_sent is not None)
         if self.args.json:
-            exit_facts = run.exit_facts
             last = outcome.results[-1] if outcome.results else None
-            document: dict[str, Any] = {
-                "type": "conversation",
-                "run_id": run.id,
-                "provider": self.plan.entry.name,
-                "kind": self.plan.entry.kind,
-                "started": end.started,
-                "turns": turns,
-                "stop_reason": end.stop_reason if end.started else None,
-                "output": end.output,
-                "diagnostic": end.diagnostic,
-                "usage": None if last is None or last.usage is None else last.usage.model_dump(),
-                "stages": list(run.stages_entered),
-                "exit_code": None if exit_facts is None else exit_facts.exit_code,
-                "signal": None if exit_facts is None else exit_facts.signal,
-                "quiescent": end.quiescent,
-                "containment": run.containment,
-                "resources": None if run.resources is None else run.resources.model_dump(),
-                "audit": run.audit.as_dicts(),
-            }
+            usage = None if last is None else last.usage
+            document: dict[str, Any] = {"type": "conversation", **run_document(self.plan, end, usage)}
+            document["turns"] = turns
             if outcome.not_sent is not None:
                 document.update(
                     stop_reason=StopReason.ERROR, output="", diagnostic=str(outcome.not_sent), usage=None
                 )
-            if end.teardown_error is not None:
-                document["teardown"] = end.teardown_error.diagnostic
             self._json(document)
         else:
             if isinstance(end.start_error, StartAborted):

@@ -26,7 +26,7 @@ from supervisor._consumers import headline
 from supervisor._errors import StartAborted
 from supervisor._handle import Run
 from supervisor._registry import Registry
-from supervisor._seam import StopReason, SubagentRequest
+from supervisor._seam import StopReason, SubagentRequest, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.cli._config_file import Entry, load_file
 from supervisor.cli._usage import (
@@ -286,7 +286,7 @@ async def _timeout(seconds: float, abort: AbortSignal, interruption: _Interrupti
 
 
 def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interruption: _Interruption) -> int:
-    run, result, start_error = outcome.run, outcome.result, outcome.start_error
+    result, start_error = outcome.result, outcome.start_error
     if outcome.cancelled and (interruption.cause is not None or not outcome.started):
         status = interruption.exit_status
     elif outcome.completed:
@@ -296,28 +296,9 @@ def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interrup
     spawn_failure = _spawn_failure(start_error)
     if spawn_failure is not None:
         sys.stderr.write(f"{PROG}: {spawn_failure}\n")
-    exit_facts = run.exit_facts
     if args.json:
         usage = None if outcome.result is None else outcome.result.usage
-        document = {
-            "run_id": run.id,
-            "provider": plan.entry.name,
-            "kind": plan.entry.kind,
-            "started": outcome.started,
-            "stop_reason": outcome.stop_reason if outcome.started else None,
-            "output": outcome.output,
-            "diagnostic": outcome.diagnostic,
-            "usage": None if usage is None else usage.model_dump(),
-            "stages": list(run.stages_entered),
-            "exit_code": None if exit_facts is None else exit_facts.exit_code,
-            "signal": None if exit_facts is None else exit_facts.signal,
-            "quiescent": outcome.quiescent,
-            "containment": run.containment,
-            "resources": None if run.resources is None else run.resources.model_dump(),
-            "audit": run.audit.as_dicts(),
-        }
-        if outcome.teardown_error is not None:
-            document["teardown"] = outcome.teardown_error.diagnostic
+        document = run_document(plan, outcome, usage)
         sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
         return status
     if result is not None and result.output:
@@ -340,6 +321,31 @@ _SPAWN_REASONS = {
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
 }
+
+
+def run_document(plan: _Plan, outcome: RunOutcome, usage: Usage | None) -> dict[str, Any]:
+    """What ``--json`` prints for a run (``run``) or a whole conversation (``chat``)."""
+    run, exit_facts = outcome.run, outcome.run.exit_facts
+    document: dict[str, Any] = {
+        "run_id": run.id,
+        "provider": plan.entry.name,
+        "kind": plan.entry.kind,
+        "started": outcome.started,
+        "stop_reason": outcome.stop_reason if outcome.started else None,
+        "output": outcome.output,
+        "diagnostic": outcome.diagnostic,
+        "usage": None if usage is None else usage.model_dump(),
+        "stages": list(run.stages_entered),
+        "exit_code": None if exit_facts is None else exit_facts.exit_code,
+        "signal": None if exit_facts is None else exit_facts.signal,
+        "quiescent": outcome.quiescent,
+        "containment": run.containment,
+        "resources": None if run.resources is None else run.resources.model_dump(),
+        "audit": run.audit.as_dicts(),
+    }
+    if outcome.teardown_error is not None:
+        document["teardown"] = outcome.teardown_error.diagnostic
+    return document
 
 
 def _spawn_failure(error: BaseException | None) -> str | None:
