@@ -20,6 +20,7 @@ front-end reports.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -111,23 +112,42 @@ async def supervise(run: Run, abort: AbortSignal | None = None) -> RunOutcome:
     locally from anywhere.  See the module docstring for the rules.
     """
     result: SubagentResult | None = None
+
+    async def wait_result() -> None:
+        nonlocal result
+        result = await run.result()
+
+    start_error, teardown_error = await lifetime(run, abort, wait_result)
+    return RunOutcome(run, result, start_error, teardown_error)
+
+
+async def lifetime(
+    run: Run, abort: AbortSignal | None, body: Callable[[], Awaitable[None]], *, conversation: bool = False
+) -> tuple[StartFailed | StartAborted | None, TeardownFailed | None]:
+    """Steps 1 and 3 of the sequence around ``body`` (step 2): start ``run`` (a failed or
+    aborted start is returned, and ``body`` does not run), then always dispose it, shielded;
+    the start's and the disposal's errors.  ``supervise`` and a conversation
+    (``_turns.converse``) differ only in their ``body``."""
     start_error: StartFailed | StartAborted | None = None
     teardown_error: TeardownFailed | None = None
     async with anyio.create_task_group() as tg:  # the run's background work lives here
         try:
-            await run.start(tg, abort)
+            if conversation:  # a Run of 0.2 takes no such keyword: passed only when true
+                await run.start(tg, abort, conversation=True)
+            else:
+                await run.start(tg, abort)
         except (StartFailed, StartAborted) as exc:
             start_error = exc
         else:
             try:
-                result = await run.result()
+                await body()
             finally:
                 with anyio.CancelScope(shield=True):
                     try:
                         await run.dispose()
                     except TeardownFailed as exc:
                         teardown_error = exc
-    return RunOutcome(run, result, start_error, teardown_error)
+    return start_error, teardown_error
 
 
 home("supervisor", RunOutcome, supervise)

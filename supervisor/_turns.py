@@ -22,13 +22,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import anyio
-
 from supervisor._abort import AbortSignal
-from supervisor._errors import ConversationOver, StartAborted, StartFailed, TeardownFailed
+from supervisor._errors import ConversationOver
 from supervisor._handle import Run
 from supervisor._seam import SubagentResult
-from supervisor._sequence import RunOutcome
+from supervisor._sequence import RunOutcome, lifetime
 
 NextTask = Callable[[int, SubagentResult], Awaitable[str | None]]
 """``next_task(turn, result)``: the text of the turn after ``turn``, or None to end."""
@@ -70,29 +68,19 @@ async def converse(
     """
     results: list[SubagentResult] = []
     not_sent: ConversationOver | None = None
-    start_error: StartFailed | StartAborted | None = None
-    teardown_error: TeardownFailed | None = None
-    async with anyio.create_task_group() as tg:
-        try:
-            await run.start(tg, abort, conversation=True)
-        except (StartFailed, StartAborted) as exc:
-            start_error = exc
-        else:
+
+    async def turns() -> None:
+        nonlocal not_sent
+        if published is not None:
+            published()
+        results.append(await run.result())
+        while (task := await next_task(len(results), results[-1])) is not None:
             try:
-                if published is not None:
-                    published()
-                results.append(await run.result())
-                while (task := await next_task(len(results), results[-1])) is not None:
-                    try:
-                        results.append(await run.send(task))
-                    except ConversationOver as exc:
-                        not_sent = exc
-                        break
-            finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await run.dispose()
-                    except TeardownFailed as exc:
-                        teardown_error = exc
+                results.append(await run.send(task))
+            except ConversationOver as exc:
+                not_sent = exc
+                break
+
+    start_error, teardown_error = await lifetime(run, abort, turns, conversation=True)
     last = results[-1] if results else None
     return ConversationOutcome(RunOutcome(run, last, start_error, teardown_error), tuple(results), not_sent)
