@@ -254,11 +254,8 @@ def continued(carrier: Mapping[str, str]) -> Iterator[None]:
     if _otel.recording():
         yield
         return
-    token = _otel.attach_carrier(carrier)
-    try:
+    with attached(carrier):
         yield
-    finally:
-        _otel.detach(token)
 
 
 home("supervisor.telemetry", attached, configure_from_cli, enabled, inject, shutdown, span, use)
