@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
     from supervisor._seam import Capabilities as Capabilities
     from supervisor._seam import Resources as Resources
+    from supervisor._seam import SessionPlan as SessionPlan
     from supervisor._seam import StopReason as StopReason
     from supervisor._seam import SubagentRequest as SubagentRequest
     from supervisor._seam import SubagentResult as SubagentResult
@@ -102,6 +103,7 @@ _ORIGINS: dict[str, str] = {
     "NO_CAPABILITIES": "supervisor._seam",
     "Capabilities": "supervisor._seam",
     "Resources": "supervisor._seam",
+    "SessionPlan": "supervisor._seam",
     "StopReason": "supervisor._seam",
     "SubagentRequest": "supervisor._seam",
     "SubagentResult": "supervisor._seam",
@@ -143,6 +145,7 @@ __all__ = (
     "Resources",
     "Run",
     "RunOutcome",
+    "SessionPlan",
     "StartAborted",
     "StartFailed",
     "StderrMode",

@@ -7,6 +7,8 @@ and validated at load.  Unknown keys are errors.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import types
@@ -247,4 +249,18 @@ class CommandConfig(ProviderConfig):
         return value
 
 
-home("supervisor.provider", ProviderConfig, CommandConfig)
+def config_digest(config: ProviderConfig) -> str:
+    """A stable digest of a provider entry's configuration (sha256, hex).
+
+    It tells whether a journaled run or a warm child was made with the same
+    configuration as a later request.  The ``env`` entry contributes its names and
+    whether each is set, never a value: a digest kept in the journal must not be a
+    handle on a credential.  A change of an ``env`` value alone is therefore not seen.
+    """
+    data = config.model_dump(mode="json")
+    data["env"] = sorted((name, value is not None) for name, value in config.env.items())
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+home("supervisor.provider", ProviderConfig, CommandConfig, config_digest)

@@ -113,6 +113,9 @@ class ConversationEnd(enum.StrEnum):
     turn's diagnostic names it."""
     CLOSED = "closed"
     """The run was disposed (``dispose()`` or leaving its ``async with``)."""
+    NOT_RESUMABLE = "not resumable"
+    """A cold resume could not continue the agent's session: the kind cannot resume,
+    or the agent does not offer or refused it.  Said before any task is sent."""
 
 
 class ConversationOver(SubagentError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,9 +39,35 @@ class Capabilities(BaseModel):
     agent_options: bool = False
     conversation: bool = False
     """The kind keeps a run alive for more turns (``Registry.run(..., conversation=True)``)."""
+    resume: bool = False
+    """The kind can continue an agent's own session in a new process (a cold resume:
+    ``SessionPlan.resume``), e.g. ACP ``session/resume`` or ``session/load``."""
 
 
 NO_CAPABILITIES = Capabilities()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """How a run treats the agent's own session, beyond opening a new one.
+
+    The registry passes it to ``Provider.create_run(request, trace=..., session=plan)``
+    only when it is needed (a kind written before it existed never sees the keyword),
+    and a plan with ``resume`` only to a kind whose capabilities declare ``resume``.
+    """
+
+    run_id: str | None = None
+    """The run takes this id instead of minting one: a resumed conversation keeps the
+    journaled run id."""
+    resume: str | None = None
+    """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
+    ``session_id``) to continue instead of opening a new session.  Host-side only."""
+    turns_before: int = 0
+    """How many turns the conversation already had (an interrupted one counted): a
+    resumed run is published idle with ``run.turn == turns_before``."""
+    keep: bool = False
+    """Open the session so that it can be resumed after this process is gone (the run
+    is journaled: e.g. a Codex thread is started non-ephemeral)."""
 
 
 class SubagentRequest(BaseModel):
@@ -170,4 +197,4 @@ class SubagentResult(BaseModel):
         return bound_diagnostic(None if value is None else clean_text(value))
 
 
-home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources, Usage)
+home("supervisor", StopReason, SubagentRequest, SubagentResult, Capabilities, Resources, Usage, SessionPlan)

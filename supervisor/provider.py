@@ -64,6 +64,7 @@ from machines import build_lifecycle as build_lifecycle
 from machines import common_rows as common_rows
 from supervisor._config import CommandConfig as CommandConfig
 from supervisor._config import ProviderConfig as ProviderConfig
+from supervisor._config import config_digest as config_digest
 from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
 from supervisor._diagnostic import FailureFacts as FailureFacts
 from supervisor._diagnostic import bound_diagnostic as bound_diagnostic
@@ -79,6 +80,7 @@ from supervisor._run import RunContext as RunContext
 from supervisor._run import StepFailed as StepFailed
 from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
 from supervisor._seam import Capabilities as Capabilities
+from supervisor._seam import SessionPlan as SessionPlan
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
@@ -123,6 +125,7 @@ __all__ = (
     "Readiness",
     "Run",
     "RunContext",
+    "SessionPlan",
     "SpawnFailed",
     "SpawnSpec",
     "StderrMode",
@@ -139,6 +142,7 @@ __all__ = (
     "cap_text",
     "child_environment",
     "common_rows",
+    "config_digest",
     "join_lines",
     "utf8_prefix",
 )

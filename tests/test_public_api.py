@@ -27,6 +27,7 @@ EXPORTS = {
     "supervise",
     "RunOutcome",
     "Resources",
+    "SessionPlan",
     "ExitFacts",
     "StderrMode",
     "AuditTrail",
@@ -90,6 +91,8 @@ AUTHORS = {
     # the run
     "ProviderRun",
     "RunContext",
+    "SessionPlan",
+    "config_digest",
     "Run",
     "StepFailed",
     "FailureFacts",
