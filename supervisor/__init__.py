@@ -65,6 +65,9 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.batching._local import batch as batch
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
+    from supervisor.run._progress import Progress as Progress
+    from supervisor.run._progress import ProgressCounts as ProgressCounts
+    from supervisor.run._progress import progress_line as progress_line
 
 # Where each public name is defined.  ``import supervisor`` imports none of them: the CLI's
 # ``--version`` must not pay for pydantic, python-statemachine and asyncio, and a name's
@@ -108,6 +111,9 @@ _ORIGINS: dict[str, str] = {
     "SubagentRequest": "supervisor._seam",
     "SubagentResult": "supervisor._seam",
     "Usage": "supervisor._seam",
+    "Progress": "supervisor.run._progress",
+    "ProgressCounts": "supervisor.run._progress",
+    "progress_line": "supervisor.run._progress",
     "RunOutcome": "supervisor._sequence",
     "supervise": "supervisor._sequence",
     "BatchError": "supervisor.batching._jobs",
@@ -140,6 +146,8 @@ __all__ = (
     "JobOutcome",
     "JobStatus",
     "NoProvider",
+    "Progress",
+    "ProgressCounts",
     "Provider",
     "Registry",
     "Resources",
@@ -164,6 +172,7 @@ __all__ = (
     "foreground_text",
     "installed_kinds",
     "job_outcome",
+    "progress_line",
     "set_host_ceiling",
     "settle_job",
     "supervise",

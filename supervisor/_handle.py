@@ -7,6 +7,7 @@ provider-side helpers as well, and those are not part of what a caller may use.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
 from anyio.abc import TaskGroup
@@ -17,6 +18,7 @@ from supervisor._errors import ConversationOver
 from supervisor._public import home
 from supervisor._seam import Resources, SubagentResult
 from supervisor.process import ExitFacts
+from supervisor.run._progress import Progress
 
 
 @runtime_checkable
@@ -102,6 +104,18 @@ class Run(Protocol):
 
     @property
     def cancelled_locally(self) -> bool: ...
+
+    @property
+    def progress(self) -> Progress:
+        """The latest progress snapshot: stage, turn, elapsed time, tool calls, plan,
+        permissions, answer bytes and usage so far, closed facts and numbers only."""
+        ...
+
+    def watch(self) -> AsyncIterator[Progress]:
+        """``async for p in run.watch()``: coalesced snapshots (at most one per 250 ms,
+        the last one always delivered), ending when a one-shot run settles or a
+        conversation is over.  Any number of watchers; a slow one never holds the run up."""
+        ...
 
     async def start(
         self, task_group: TaskGroup, abort: AbortSignal | None = None, *, conversation: bool = False

@@ -66,7 +66,7 @@ import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
@@ -108,7 +108,7 @@ from supervisor._guard import GuardedTaskGroup
 from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
-from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult
+from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._text import cap_text
 from supervisor._turn_guard import TurnLimits, guard_turn
 from supervisor.process import (
@@ -124,6 +124,7 @@ from supervisor.process import (
     containment_for,
     resolve_run_cwd,
 )
+from supervisor.run._progress import TOOL_KINDS, Progress, ProgressTracker
 from supervisor.telemetry import _switch as _telemetry
 
 log = logging.getLogger("supervisor")
@@ -168,6 +169,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     vocabulary: ClassVar[Vocabulary]
     lifecycle: ClassVar[type[Lifecycle]]
+    tool_kinds: ClassVar[frozenset[str]] = TOOL_KINDS
+    """The closed set of tool-call kinds :meth:`note_tool_call` counts (default: ACP's
+    ``ToolKind``); it must hold ``other``, which any kind outside it becomes."""
 
     def __init__(self, context: RunContext[ConfigT]) -> None:
         self.id = str(uuid.uuid4())
@@ -219,6 +223,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._teardown_event: CommonEvent | None = None
         self._teardown_done: anyio.Event | None = None
         self._teardown_error: TeardownFailed | None = None
+        self._run_progress = ProgressTracker(self.tool_kinds, lambda: (self.machine.stage, self._turn_number))
 
     # -- what a caller sees -----------------------------------------------------------
 
@@ -281,6 +286,18 @@ class ProviderRun(ABC, Generic[ConfigT]):
         return Resources(
             cpu_s=usage.cpu_s, memory_peak_bytes=usage.memory_peak_bytes, pids_peak=usage.pids_peak
         )
+
+    @property
+    def progress(self) -> Progress:
+        """The latest :class:`~supervisor.Progress` snapshot (closed facts and numbers)."""
+        return self._run_progress.snapshot()
+
+    def watch(self) -> AsyncIterator[Progress]:
+        """``async for p in run.watch()``: coalesced snapshots (at most one per 250 ms,
+        the last one always delivered), ending when a one-shot run settles, or when a
+        conversation is over (every turn is watched; a turn's counts start from zero).
+        Any number of watchers; a slow one never holds the run up."""
+        return self._run_progress.watch()
 
     async def output_arrived(self) -> None:
         """Return once the child has sent some answer text in the current turn (or the turn has settled)."""
@@ -418,6 +435,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._turn_number += 1
         self._turn_task = task
         self._turn_started_at = anyio.current_time()
+        self._run_progress.begin_turn()
         self.audit.turn = self._turn_number
         self._telemetry.next_turn(self, previous)  # the settled turn's span ends, the next one opens
         self._result = None
@@ -457,6 +475,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 finally:
                     self._dispose_done.set()
                     self._closed.set()
+                    self._run_progress.end()
                     self._telemetry.end(self, self._result, self._dispose_error)
         else:
             await self._dispose_done.wait()
@@ -534,6 +553,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         lifecycle machine.  Facts that may arrive after a local cancellation are late-fact
         rows of the chart; anything else the chart does not allow raises."""
         self.machine.send(event)
+        self._run_progress.touch()
 
     def resolve_cwd(self, *, category: str | None = None) -> Path:
         """The workspace: the configured cwd, else the request's parent cwd, validated now.
@@ -634,6 +654,32 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """Providers call this when answer text arrives (wakes :meth:`output_arrived`)."""
         self._output_arrived.set()
 
+    # Progress (closed values only: anything outside a closed set is ``other`` or dropped).
+
+    def note_tool_call(self, call: Hashable, kind: str | None = None, status: str | None = None) -> None:
+        """A tool call began or changed.  ``call`` is the protocol's id for it (only its
+        hash is kept: it counts the call once); ``kind`` one of :attr:`tool_kinds`
+        (another is ``other``), ``status`` one of ``pending``, ``in_progress``,
+        ``completed``, ``failed``; None keeps what an earlier note said."""
+        self._run_progress.tool_call(call, kind, status)
+
+    def note_plan(self, statuses: Iterable[str]) -> None:
+        """The agent's plan, replaced whole: each entry's status (``pending``,
+        ``in_progress``, ``completed``; others dropped)."""
+        self._run_progress.plan(statuses)
+
+    def note_permission(self, decision: str) -> None:
+        """A permission request was answered ``allowed`` or ``denied``."""
+        self._run_progress.permission(decision)
+
+    def note_answer_bytes(self, n: int) -> None:
+        """``n`` more UTF-8 bytes of answer text arrived (before any cap)."""
+        self._run_progress.answer_bytes(n)
+
+    def note_usage(self, usage: Usage | None) -> None:
+        """What the current turn used so far, as the agent reports it while it works."""
+        self._run_progress.usage(usage)
+
     @property
     def cancelled_locally(self) -> bool:
         return self._cancelled_locally
@@ -664,6 +710,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         # otherwise leave that (shielded) task running with nobody to close it.  A pending
         # cancellation then arrives at the handshake's first checkpoint, which rolls back.
         self._spawned_at = self._turn_started_at = anyio.current_time()
+        self._run_progress.begin_turn()
         with anyio.CancelScope(shield=True):
             self._task_group = GuardedTaskGroup(await task_group.start(self._host), self._task_failed)
         if abort is not None and abort.aborted:
@@ -766,6 +813,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 error = await self._teardown(event)
             finally:
                 self._closed.set()
+                self._run_progress.end()
         return error
 
     # -- settle -----------------------------------------------------------------------
@@ -784,6 +832,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._result = result
         self._results.append(result)
         self._settled.set()
+        self._run_progress.settle(final=not self._conversation)
 
     def _settle_failure(self, facts: FailureFacts, extra_line: str | None = None) -> None:
         """Settle as a failure with ``facts`` (partial output kept)."""
@@ -982,6 +1031,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             return
         self._over = reason or ConversationEnd.SESSION_UNUSABLE
         self._stop_idle_watch()
+        self._run_progress.end()
         if reason is not None:
             self._over_known.set()
         if self._claim_teardown(event):

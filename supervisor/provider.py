@@ -32,6 +32,15 @@ group :data:`PROVIDERS_GROUP`:
   (may the session take another turn after this one?) and ``session_lost()`` (return
   once an idle session can take no more).  The base run does the rest: one turn at a
   time, the idle timeout, cancelled turns winding down, ending the conversation;
+* **progress** (what ``run.progress`` and ``run.watch()`` show callers): as the
+  protocol reports it, the run calls ``self.note_tool_call(call_id, kind, status)``,
+  ``self.note_plan(statuses)``, ``self.note_permission(decision)``,
+  ``self.note_answer_bytes(n)`` and ``self.note_usage(usage)``: closed values only
+  (kinds from the run's ``tool_kinds``, default :data:`TOOL_KINDS`, anything else
+  counted as ``other``; statuses from :data:`TOOL_CALL_STATUSES` and
+  :data:`PLAN_STATUSES`, decisions from :data:`PERMISSION_DECISIONS`, anything else
+  dropped), never a title, a path, a command or any other child text.  Each note is a
+  few dictionary operations: call them for every update the child sends;
 * a **provider** (the :class:`Provider` protocol: ``name``, ``capabilities``,
   ``inherits_parent_context``, ``create_run``), optionally a **readiness check** for
   ``subagents doctor`` (:class:`Readiness`) and an **example** config.
@@ -97,12 +106,20 @@ from supervisor.process import SpawnSpec as SpawnSpec
 from supervisor.process import StderrMode as StderrMode
 from supervisor.process import TeardownReport as TeardownReport
 from supervisor.process import child_environment as child_environment
+from supervisor.run._progress import PERMISSION_DECISIONS as PERMISSION_DECISIONS
+from supervisor.run._progress import PLAN_STATUSES as PLAN_STATUSES
+from supervisor.run._progress import TOOL_CALL_STATUSES as TOOL_CALL_STATUSES
+from supervisor.run._progress import TOOL_KINDS as TOOL_KINDS
 
 __all__ = (
     "MAX_DIAGNOSTIC_BYTES",
     "NO_CAPABILITIES",
+    "PERMISSION_DECISIONS",
+    "PLAN_STATUSES",
     "PROVIDERS_GROUP",
     "SETTLED",
+    "TOOL_CALL_STATUSES",
+    "TOOL_KINDS",
     "TRUNCATED_MARK",
     "Capabilities",
     "CappedText",

@@ -40,6 +40,10 @@ EXPORTS = {
     "set_host_ceiling",
     "JobOutcome",
     "JobStatus",
+    # progress
+    "Progress",
+    "ProgressCounts",
+    "progress_line",
     # batches
     "batch",
     "BatchItem",
@@ -104,6 +108,11 @@ AUTHORS = {
     "StopReason",
     "SubagentRequest",
     "SubagentResult",
+    # progress, fed with closed values
+    "TOOL_KINDS",
+    "TOOL_CALL_STATUSES",
+    "PLAN_STATUSES",
+    "PERMISSION_DECISIONS",
     # the child and its text
     "ManagedProcess",
     "SpawnSpec",
@@ -194,6 +203,8 @@ def test_the_run_protocol_is_what_callers_get() -> None:
         "conversation",
         "turn",
         "send",
+        "progress",
+        "watch",
     } <= members
 
 
