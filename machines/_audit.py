@@ -13,9 +13,10 @@ class Transition:
     """One recorded transition. ``t`` is monotonic seconds (``time.monotonic``).
 
     ``machine`` names the chart it belongs to: ``lifecycle`` (the provider's run) or
-    ``ladder`` (the teardown ladder).  ``turn`` is the conversation turn it happened in
-    (1-based; a one-shot run has only turn 1; start and teardown belong to the turn
-    that was current then).
+    ``ladder`` (the teardown ladder), or ``warm`` for a warm child's ``ready`` and
+    ``taken`` facts (no chart's: their source and target are the stage it waited in).
+    ``turn`` is the conversation turn it happened in (1-based; a one-shot run has only
+    turn 1; start and teardown belong to the turn that was current then).
     """
 
     run_id: str
@@ -53,6 +54,22 @@ class AuditTrail:
         self.started_at = clock()
         self.turn = 1
         self._entries: list[Transition] = []
+
+    def retarget(self, sink: TransitionSink | None) -> None:
+        """Send later entries to ``sink``, which first hears every entry recorded so far
+        (a warm child's trail, handed to the run that takes it)."""
+        self._sink = sink
+        if sink is not None:
+            for entry in tuple(self._entries):
+                sink(entry)
+
+    def note(self, event: str, stage: str, machine: str) -> None:
+        """Record a fact that is no chart's transition (``source`` and ``target`` are
+        ``stage``): a warm child's ``ready`` and ``taken``, machine ``warm``."""
+        entry = Transition(self.run_id, event, stage, stage, self._clock(), machine, self.turn)
+        self._entries.append(entry)
+        if self._sink is not None:
+            self._sink(entry)
 
     @property
     def entries(self) -> tuple[Transition, ...]:

@@ -131,6 +131,8 @@ class ProviderConfig(BaseModel):
     idle_timeout_ms: float = DEFAULT_IDLE_TIMEOUT_MS
     """A conversation with no turn for this long is torn down (then a send raises
     ``ConversationOver``).  One-shot runs never idle."""
+    warm_idle_ms: float = DEFAULT_IDLE_TIMEOUT_MS
+    """A warm child (``Registry.prestart``) no run took for this long is ended."""
     max_inflight_requests: int = Field(default=DEFAULT_MAX_INFLIGHT_REQUESTS, gt=0)
     cgroup_root: Path | None = None
     containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
@@ -172,7 +174,9 @@ class ProviderConfig(BaseModel):
             return value  # a key with a parser of its own (memory_max) is as strict as its parser
         return strict_scalar(value, field.annotation)
 
-    @field_validator("dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms", "idle_timeout_ms")
+    @field_validator(
+        "dispose_eof_grace_ms", "dispose_grace_ms", "start_timeout_ms", "idle_timeout_ms", "warm_idle_ms"
+    )
     @classmethod
     def _positive_grace(cls, value: float) -> float:
         return _grace(value)
@@ -233,6 +237,10 @@ class ProviderConfig(BaseModel):
     @property
     def idle_timeout(self) -> float:
         return self.idle_timeout_ms / 1000
+
+    @property
+    def warm_idle(self) -> float:
+        return self.warm_idle_ms / 1000
 
 
 class CommandConfig(ProviderConfig):

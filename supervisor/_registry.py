@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol, runtime_checkable
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -17,6 +19,9 @@ from supervisor._errors import DuplicateProvider, InvalidRequest, NoProvider, Un
 from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._seam import Capabilities, SubagentRequest
+
+if TYPE_CHECKING:
+    from supervisor._warm import WarmPool
 
 log = logging.getLogger("supervisor")
 
@@ -72,6 +77,65 @@ class Registry:
 
     def __init__(self) -> None:
         self._providers: dict[str, Provider] = {}
+        self._warm: WarmPool | None = None  # made by the first prestart
+
+    async def __aenter__(self) -> Registry:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the warm children no run took (``prestart``); idempotent.  Runs already
+        handed out are their callers' to dispose (this waits for them)."""
+        warm = self._warm
+        if warm is not None:
+            await warm.aclose()
+
+    async def prestart(self, name: str, count: int, *, cwd: str | os.PathLike[str] | None = None) -> None:
+        """Keep ``count`` warm children of provider ``name`` for runs in ``cwd`` (the
+        request's ``parent_cwd``; a configured ``cwd`` wins as for runs), and return once
+        they are ready: spawned, handshake and session done.  A run with the same provider,
+        config and resolved cwd then takes one and starts at its first prompt.
+
+        ``count`` 0 ends them.  Bad input (a count below 0 or above the host ceiling, an
+        unknown provider, a cwd that is not a directory) raises before anything spawns;
+        a child that fails to start raises its ``StartFailed``.
+        """
+        from supervisor._warm import WarmKey, WarmPool, _digest, check_count, check_cwd, warm_config
+
+        provider = self.get(name)
+        config = warm_config(provider)
+        if config is None:
+            raise InvalidRequest(f'subagent provider "{name}" cannot be prestarted')
+        require_asyncio()
+        resolved = check_cwd(cwd, config)
+        key = WarmKey(name, _digest(config), resolved)
+        if self._warm is None:
+            self._warm = WarmPool()
+        count = check_count(count, config, self._warm.kept_elsewhere(key))
+        await self._warm.prestart(key, provider, count)
+
+    def create_run(
+        self, name: str, request: SubagentRequest, *, trace: TransitionSink | None = None
+    ) -> Run:
+        """A run of provider ``name`` for ``request``, unstarted: a warm child of the same
+        provider, config and cwd when one is ready (its ``start`` then publishes at once),
+        else a fresh one.  Checks nothing: call :meth:`check` first."""
+        provider = self.get(name)
+        warm = self._warm
+        if warm is not None:
+            from supervisor._warm import warm_config, warm_key
+
+            config = warm_config(provider)
+            key = None if config is None else warm_key(name, config, request.parent_cwd)
+            if key is not None:
+                run = warm.take(key, provider, request, trace)
+                if run is not None:
+                    return run
+        return provider.create_run(request, trace=trace)
 
     def register(self, provider: Provider) -> None:
         if provider.name in self._providers:
@@ -122,9 +186,9 @@ class Registry:
 
         The caller must ``dispose()`` the returned run.
         """
-        provider = self.check(name, request, conversation=conversation)
+        self.check(name, request, conversation=conversation)
         require_asyncio()
-        run = provider.create_run(request, trace=trace)
+        run = self.create_run(name, request, trace=trace)
         await _start(run, task_group, abort, conversation)
         return run
 
@@ -144,9 +208,9 @@ class Registry:
         ``conversation=True`` the child is kept after the first turn (the request's
         task) for more turns: ``await run.send(task)``.
         """
-        provider = self.check(name, request, conversation=conversation)
+        self.check(name, request, conversation=conversation)
         require_asyncio()
-        run = provider.create_run(request, trace=trace)
+        run = self.create_run(name, request, trace=trace)
         try:
             async with anyio.create_task_group() as tg:
                 await _start(run, task_group=tg, abort=abort, conversation=conversation)

@@ -207,6 +207,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._failure_category: str | None = None
         self._teardown_category: str | None = None
         self._spawned_at = 0.0  # on anyio's clock: where the first turn's timeout_ms counts from
+        self._prestarted = False  # a warm child: spawned and handshaken before its request
         # conversations (see the module docstring)
         self._conversation = False
         self._turn_number = 1
@@ -700,12 +701,57 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._conversation = conversation
         self._telemetry.begin(self)
         try:
-            await self._start_and_publish(task_group, abort)
+            if self._prestarted:  # a warm child: the handshake is done, straight to the first turn
+                await self._publish_prestarted(abort)
+            else:
+                await self._prepare(task_group, abort)
+                self._publish(abort)
         except BaseException as exc:
             self._telemetry.start_failed(self, exc)
             raise
 
-    async def _start_and_publish(self, task_group: TaskGroup, abort: AbortSignal | None) -> None:
+    async def prestart(self, task_group: TaskGroup) -> None:
+        """Spawn and handshake before any task exists (a warm child, ``supervisor._warm``).
+
+        The run is then ready but unpublished; :meth:`assign` gives it its request and
+        :meth:`start` publishes it at once (its background work stays in ``task_group``).
+        A failure raises as :meth:`start`'s does, after the rollback.
+        """
+        await self._prepare(task_group, None)
+        self._prestarted = True
+
+    def assign(self, request: SubagentRequest, trace: TransitionSink | None = None) -> None:
+        """Give a prestarted run its request (task, label) and the caller's trace sink,
+        which first hears the transitions recorded so far."""
+        self.request = request
+        self._turn_task = request.task
+        self.audit.retarget(self._telemetry.sink(trace))
+
+    async def _publish_prestarted(self, abort: AbortSignal | None) -> None:
+        if abort is not None and abort.aborted:
+            teardown_error = await self.end_prestarted()
+            if teardown_error is not None:
+                raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
+            raise StartAborted(self._aborted_text())
+        # ``timeout_ms`` counts from the start of this run's use, not from the warm spawn.
+        self._turn_started_at = anyio.current_time()
+        self._publish(abort)
+
+    async def end_prestarted(self) -> TeardownFailed | None:
+        """Take down a prestarted run that no caller will use; the teardown's error, if any.
+
+        Its chart waits where the handshake left it: a startup stage rolls back as an
+        aborted start; the first turn's stage is cancelled, then disposed.
+        """
+        state = self.machine.state_name
+        if any(row[0] == CommonEvent.START_ABORTED and row[1] == state for row in self.lifecycle.TABLE):
+            return await self._rollback(CommonEvent.START_ABORTED)
+        if state != SETTLED:
+            self._record(CommonEvent.CANCELLED)
+        return await self._rollback(CommonEvent.DISPOSE_REQUESTED)
+
+    async def _prepare(self, task_group: TaskGroup, abort: AbortSignal | None) -> None:
+        """Spawn and handshake (a failure is rolled back and raised); no publication."""
         # Shielded: a caller's scope cancelled while the host task is being started would
         # otherwise leave that (shielded) task running with nobody to close it.  A pending
         # cancellation then arrives at the handshake's first checkpoint, which rolls back.
@@ -771,6 +817,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
             )
             assert text is not None
             raise StartFailed(text, quiescent=teardown_error is None) from failure
+
+    def _publish(self, abort: AbortSignal | None) -> None:
+        """The run is the caller's now: its first turn starts."""
         self._published = True
         if self._cancelled_locally:  # cancelled while starting: settled already
             self._record(CommonEvent.CANCELLED)

@@ -1,0 +1,266 @@
+"""Warm children (SPEC section 23) against the built-in example agent: real processes.
+
+A warm child is spawned and handshaken (ACP ``initialize`` and ``session/new``) before
+any task exists; a run of the same provider, config and cwd takes it and starts at its
+first prompt.  Waits are on conditions (a child ready, a process gone), never on a
+short timer racing the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from supervisor import InvalidRequest, NoProvider, Registry, StartFailed, StopReason, SubagentRequest
+from supervisor._warm import WarmKey, _digest
+from supervisor.process import Limits
+from supervisor.process._limits import HOST_GROUPS
+from supervisor.providers.acp import Config, Provider, example_agent_config
+from tests.conftest import internals, tagged
+
+pytestmark = pytest.mark.anyio
+
+
+def registry_of(config: Config | None = None, name: str = "acp") -> Registry:
+    registry = Registry()
+    registry.register(Provider(config or example_agent_config(), name))
+    return registry
+
+
+def key(registry: Registry, cwd: Path, name: str = "acp") -> WarmKey:
+    return WarmKey(name, _digest(registry.get(name).config), cwd.resolve())  # type: ignore[attr-defined]
+
+
+def ready(registry: Registry, cwd: Path, name: str = "acp") -> int:
+    pool = registry._warm
+    return 0 if pool is None else pool.count(key(registry, cwd, name))
+
+
+def warm_runs(registry: Registry, cwd: Path) -> list[str]:
+    assert registry._warm is not None
+    return [run.id for run in registry._warm._slots[key(registry, cwd)].ready]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` (generously bounded: a hang fails, a slow machine does not)."""
+    with anyio.fail_after(120):
+        while not condition():  # noqa: ASYNC110 - OS facts (a process gone) and background refills
+            await anyio.sleep(0.01)
+
+
+def request(cwd: Path, task: str = "what is 2+2") -> SubagentRequest:
+    return SubagentRequest(task=task, parent_cwd=cwd)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_a_run_takes_a_warm_child_and_it_is_replaced_after_its_first_turn(tmp_path: Path) -> None:
+    async with registry_of() as registry:
+        await registry.prestart("acp", 2, cwd=tmp_path)
+        assert ready(registry, tmp_path) == 2
+        waiting = warm_runs(registry, tmp_path)
+        assert all(tagged(run_id) for run_id in waiting)  # alive, handshake done
+        async with registry.run("acp", request(tmp_path)) as run:
+            assert run.id == waiting[0]
+            result = await run.result()
+        assert result.output == "Hello! You asked: what is 2+2"
+        assert result.stop_reason == StopReason.COMPLETED
+        assert run.quiescent is True
+        assert tagged(run.id) == []
+        # the trail: the handshake, the wait (machine "warm"), then the first prompt
+        trail = run.audit.as_dicts()
+        warm = [(entry["event"], entry["machine"]) for entry in trail if entry["machine"] == "warm"]
+        assert warm == [("ready", "warm"), ("taken", "warm")]
+        events = [entry["event"] for entry in trail]
+        assert events.index("session_created") < events.index("ready") < events.index("taken")
+        assert events.index("taken") < events.index("stop_reason_received")
+        times = [float(entry["t"]) for entry in trail]
+        assert times == sorted(times)  # one clock from the warm spawn on
+        await until(lambda: ready(registry, tmp_path) == 2)  # refilled in the background
+        assert run.id not in warm_runs(registry, tmp_path)
+        refill = warm_runs(registry, tmp_path)[-1]
+    assert tagged(refill) == []
+    assert all(tagged(run_id) == [] for run_id in waiting)
+
+
+async def test_a_warm_child_serves_a_conversation_and_no_placeholder_reaches_it(tmp_path: Path) -> None:
+    async with registry_of() as registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        (waiting,) = warm_runs(registry, tmp_path)
+        async with registry.run("acp", request(tmp_path), conversation=True) as run:
+            assert run.id == waiting
+            assert (await run.result()).output == "Hello! You asked: what is 2+2"
+            assert (await run.send("and 3+3?")).output == "Hello! You asked: and 3+3?"
+            recalled = await run.send("@recall")
+            assert recalled.output == "Earlier in this session you asked: what is 2+2; and 3+3?"
+        assert run.quiescent is True
+
+
+async def test_a_dead_warm_child_is_never_handed_out(tmp_path: Path) -> None:
+    async with registry_of() as registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        (dead,) = warm_runs(registry, tmp_path)
+        pid = internals_of(registry, tmp_path).process.pid
+        os.kill(pid, signal.SIGKILL)
+        await until(lambda: gone(pid))
+        async with registry.run("acp", request(tmp_path)) as run:
+            result = await run.result()
+        assert run.id != dead
+        assert result.output == "Hello! You asked: what is 2+2"
+        await until(lambda: ready(registry, tmp_path) == 1)  # the dead one was replaced
+        assert dead not in warm_runs(registry, tmp_path)
+        await until(lambda: tagged(dead) == [])
+
+
+def internals_of(registry: Registry, cwd: Path):  # type: ignore[no-untyped-def]
+    assert registry._warm is not None
+    return registry._warm._slots[key(registry, cwd)].ready[0]
+
+
+async def test_runs_of_another_cwd_or_config_start_cold(tmp_path: Path) -> None:
+    warm_dir, other_dir = tmp_path / "warm", tmp_path / "other"
+    warm_dir.mkdir()
+    other_dir.mkdir()
+    async with registry_of() as registry:
+        await registry.prestart("acp", 1, cwd=warm_dir)
+        (waiting,) = warm_runs(registry, warm_dir)
+        async with registry.run("acp", request(other_dir)) as run:
+            assert run.id != waiting
+            assert (await run.result()).stop_reason == StopReason.COMPLETED
+        # the same name, another config: another digest
+        registry.unregister("acp")
+        registry.register(Provider(example_agent_config(idle_timeout_ms=1234), "acp"))
+        async with registry.run("acp", request(warm_dir)) as run:
+            assert run.id != waiting
+            assert (await run.result()).stop_reason == StopReason.COMPLETED
+        assert registry._warm is not None
+        assert [r.id for slot in registry._warm._slots.values() for r in slot.ready] == [waiting]
+        assert tagged(waiting)
+    assert tagged(waiting) == []
+
+
+async def test_a_warm_child_unused_for_warm_idle_ms_is_ended_and_not_replaced(tmp_path: Path) -> None:
+    async with registry_of(example_agent_config(warm_idle_ms=200)) as registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        (waiting,) = warm_runs(registry, tmp_path)
+        await until(lambda: ready(registry, tmp_path) == 0 and tagged(waiting) == [])
+        assert registry._warm is not None
+        slot = registry._warm._slots[key(registry, tmp_path)]
+        assert (slot.target, slot.starting) == (0, 0)
+
+
+async def test_bad_input_is_one_clear_error_before_anything_spawns(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    before = psutil.Process().children(recursive=True)
+    async with registry_of() as registry:
+        for count in (-1, True, 1.5, "2"):
+            with pytest.raises(InvalidRequest, match=r"^warm count must be a non-negative integer$"):
+                await registry.prestart("acp", count, cwd=tmp_path)  # type: ignore[arg-type]
+        with pytest.raises(NoProvider, match=r'^no subagent provider registered for "nope"$'):
+            await registry.prestart("nope", 1, cwd=tmp_path)
+        for cwd in (a_file, tmp_path / "missing", None):
+            with pytest.raises(InvalidRequest, match=r"^warm cwd: "):
+                await registry.prestart("acp", 1, cwd=cwd)
+        saved = HOST_GROUPS.ceiling
+        HOST_GROUPS.ceiling = Limits(pids_max=3)  # the value only: nothing is written to the kernel
+        try:
+            with pytest.raises(InvalidRequest, match=r"^warm count 4 is above the host ceiling \(pids_max 3"):
+                await registry.prestart("acp", 4, cwd=tmp_path)
+        finally:
+            HOST_GROUPS.ceiling = saved
+        assert psutil.Process().children(recursive=True) == before
+        assert registry._warm is None or all(slot.kept == 0 for slot in registry._warm._slots.values())
+
+
+async def test_the_host_ceiling_counts_every_kept_child(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    saved = HOST_GROUPS.ceiling
+    async with registry_of() as registry:
+        await registry.prestart("acp", 2, cwd=tmp_path)
+        HOST_GROUPS.ceiling = Limits(pids_max=3)
+        try:
+            with pytest.raises(InvalidRequest, match=r"2 warm children kept for other keys"):
+                await registry.prestart("acp", 2, cwd=other)
+        finally:
+            HOST_GROUPS.ceiling = saved
+        assert ready(registry, other) == 0
+
+
+async def test_a_start_failure_is_raised_by_prestart_and_not_retried(tmp_path: Path) -> None:
+    async with registry_of(Config(command=str(tmp_path / "no-such-agent"))) as registry:
+        with pytest.raises(StartFailed, match="category: process-start"):
+            await registry.prestart("acp", 2, cwd=tmp_path)
+        assert registry._warm is not None
+        await until(
+            lambda: registry._warm is not None and registry._warm._slots[key(registry, tmp_path)].kept == 0
+        )
+
+
+async def test_lowering_the_count_ends_the_extra_children(tmp_path: Path) -> None:
+    async with registry_of() as registry:
+        await registry.prestart("acp", 2, cwd=tmp_path)
+        first, second = warm_runs(registry, tmp_path)
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        assert warm_runs(registry, tmp_path) == [first]
+        await until(lambda: tagged(second) == [])
+        await registry.prestart("acp", 0, cwd=tmp_path)
+        await until(lambda: tagged(first) == [])
+
+
+async def test_closing_the_registry_ends_its_warm_children(tmp_path: Path) -> None:
+    registry = registry_of()
+    await registry.prestart("acp", 2, cwd=tmp_path)
+    waiting = warm_runs(registry, tmp_path)
+    assert all(tagged(run_id) for run_id in waiting)
+    await registry.aclose()
+    await registry.aclose()  # idempotent
+    assert all(tagged(run_id) == [] for run_id in waiting)
+    with pytest.raises(InvalidRequest, match=r"^the registry is closed$"):
+        await registry.prestart("acp", 1, cwd=tmp_path)
+    async with registry.run("acp", request(tmp_path)) as run:  # runs still start, cold
+        assert run.id not in waiting
+        assert (await run.result()).stop_reason == StopReason.COMPLETED
+
+
+async def test_an_aborted_take_ends_the_warm_child(tmp_path: Path) -> None:
+    from supervisor import AbortSignal, StartAborted
+
+    async with registry_of() as registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        (waiting,) = warm_runs(registry, tmp_path)
+        signal_ = AbortSignal()
+        signal_.abort()
+        with pytest.raises(StartAborted, match="before the ACP child started"):
+            async with registry.run("acp", request(tmp_path), abort=signal_):
+                pass
+        assert tagged(waiting) == []
+
+
+async def test_the_warm_wait_is_in_the_runs_resources(tmp_path: Path) -> None:
+    """In cgroup mode the leaf is the warm child's own from its spawn: the kernel's
+    counters (read at teardown) cover the wait and the run alike."""
+    from supervisor.process import ContainmentMode, containment_for
+
+    if containment_for(ContainmentMode.AUTO, None).mode != "cgroup":
+        pytest.skip("cgroup containment is not available here")
+    async with registry_of(example_agent_config(containment="cgroup")) as registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        async with registry.run("acp", request(tmp_path)) as run:
+            await run.result()
+            assert internals(run).process is not None
+        assert run.resources is not None
+        assert run.resources.cpu_s is not None
+        assert run.resources.cpu_s > 0
