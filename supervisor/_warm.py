@@ -25,7 +25,8 @@ Warm children live in leaves under this process's host group like every run, so 
 kernel counts them against the host ceilings; ``prestart`` refuses a count the
 ceilings could never hold.  Their background work lives in a task group of the pool's
 own (an asyncio task the pool starts), which :meth:`WarmPool.aclose` ends: untaken
-children are taken down, taken ones belong to their callers and are disposed by them.
+children are taken down, a start under way is finished and then taken down (never cut
+off mid-spawn), taken ones belong to their callers and are disposed by them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from supervisor._errors import InvalidRequest, StartAborted, StartFailed
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun
 from supervisor._seam import SubagentRequest
+from supervisor._waits import first_of
 from supervisor.process import CwdError, resolve_run_cwd
 from supervisor.process._limits import HOST_GROUPS
 
@@ -136,6 +138,7 @@ class WarmPool:
     def __init__(self) -> None:
         self._slots: dict[WarmKey, _Slot] = {}
         self._watchers: dict[ProviderRun[Any], anyio.CancelScope] = {}
+        self._waits: set[anyio.CancelScope] = set()  # refills waiting for a first turn
         self._task_group: TaskGroup | None = None
         self._host: asyncio.Task[None] | None = None
         self._stop = anyio.Event()
@@ -162,7 +165,9 @@ class WarmPool:
         slot = self._slots.setdefault(key, _Slot())
         slot.target, slot.losses = count, 0
         while len(slot.ready) > slot.target:
-            self._end_soon(slot.ready.pop())
+            extra = slot.ready.pop()
+            self._stop_watching(extra)
+            self._end_soon(extra)
         failures = slot.failures
         self._fill(key, provider)
         while len(slot.ready) < slot.target:
@@ -223,7 +228,10 @@ class WarmPool:
             self._task_group = task_group
             ready.set()
             await self._stop.wait()
-            task_group.cancel_scope.cancel()  # runs' own groups are shielded until closed
+            # Not a cancellation of the group: a start under way finishes and is then
+            # ended (a spawn cut off in its hop to a worker thread would leave its leaf).
+            for scope in (*self._watchers.values(), *self._waits):
+                scope.cancel()
 
     # -- keeping children ---------------------------------------------------------------
 
@@ -251,31 +259,30 @@ class WarmPool:
             log.warning("a warm child of %r could not be started", key.provider)
             slot.notify()
             return
-        except BaseException:  # the pool is closing: the start rolled back
-            slot.starting -= 1
-            raise
         slot.starting -= 1
+        if self._closed:  # a start under way when the pool closed is finished, then ended
+            await _end(run)
+            return
         run.audit.note("ready", run.stage, "warm")
         scope = anyio.CancelScope()
         self._watchers[run] = scope
         slot.ready.append(run)
         slot.notify()
-        with scope:
-            try:
-                with anyio.move_on_after(run.config.warm_idle) as idle:
-                    await run.session_lost()
-            except BaseException:  # the pool is closing
-                if run in self._watchers:
-                    await self._end_untaken(slot, run)
-                raise
-            if idle.cancelled_caught:
-                log.info("run %s: a warm child was idle for warm_idle_ms; ended", run.id)
-                slot.target = max(0, slot.target - 1)
-                await self._end_untaken(slot, run)
-            else:
-                log.info("run %s: a warm child died while waiting; replaced", run.id)
-                await self._end_untaken(slot, run)
-                self._lost(key, provider)
+        with scope:  # cancelled when the child is taken, or the pool closes
+            with anyio.move_on_after(run.config.warm_idle) as idle:
+                await run.session_lost()
+        if run not in self._watchers:  # taken
+            return
+        if self._closed:
+            await self._end_untaken(slot, run)
+        elif idle.cancelled_caught:
+            log.info("run %s: a warm child was idle for warm_idle_ms; ended", run.id)
+            slot.target = max(0, slot.target - 1)
+            await self._end_untaken(slot, run)
+        else:
+            log.info("run %s: a warm child died while waiting; replaced", run.id)
+            await self._end_untaken(slot, run)
+            self._lost(key, provider)
 
     async def _end_untaken(self, slot: _Slot, run: ProviderRun[Any]) -> None:
         self._watchers.pop(run, None)
@@ -301,14 +308,14 @@ class WarmPool:
 
     async def _refill_after(self, key: WarmKey, provider: Any, run: ProviderRun[Any]) -> None:
         """Replace a taken child once its run's first turn has settled (or the run ended)."""
-        async with anyio.create_task_group() as first:
-
-            async def until(event: anyio.Event) -> None:
-                await event.wait()
-                first.cancel_scope.cancel()
-
-            first.start_soon(until, run._settled)
-            first.start_soon(until, run._closed)
+        with anyio.CancelScope() as waiting:
+            self._waits.add(waiting)
+            try:
+                await first_of(run._settled.wait, run._closed.wait)
+            finally:
+                self._waits.discard(waiting)
+        if waiting.cancelled_caught:  # the pool closed
+            return
         self._slots[key].losses = 0
         self._fill(key, provider)
 
