@@ -8,7 +8,7 @@ of imports); other distributions' versions are looked up in their metadata.
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.4.0"
 
 DISTRIBUTION = "subagent-supervisor"
 UNKNOWN = "0.0.0"
