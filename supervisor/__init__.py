@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._errors import DuplicateProvider as DuplicateProvider
     from supervisor._errors import InvalidRequest as InvalidRequest
     from supervisor._errors import NoProvider as NoProvider
+    from supervisor._errors import ProviderUnusable as ProviderUnusable
     from supervisor._errors import StartAborted as StartAborted
     from supervisor._errors import StartFailed as StartFailed
     from supervisor._errors import SubagentError as SubagentError
@@ -87,6 +88,7 @@ _ORIGINS: dict[str, str] = {
     "DuplicateProvider": "supervisor._errors",
     "InvalidRequest": "supervisor._errors",
     "NoProvider": "supervisor._errors",
+    "ProviderUnusable": "supervisor._errors",
     "StartAborted": "supervisor._errors",
     "StartFailed": "supervisor._errors",
     "SubagentError": "supervisor._errors",
@@ -149,6 +151,7 @@ __all__ = (
     "Progress",
     "ProgressCounts",
     "Provider",
+    "ProviderUnusable",
     "Registry",
     "Resources",
     "Run",
@@ -210,15 +213,10 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value  # the next lookup is an ordinary attribute
         return value
     if name in _MOVED_TO_PROVIDER:
-        import warnings
-
         from supervisor import provider
+        from supervisor._deprecated import moved_to_provider
 
-        warnings.warn(
-            f"supervisor.{name} is a provider author's name: import it from supervisor.provider",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        moved_to_provider(name)
         return getattr(provider, name)
     raise AttributeError(f"module 'supervisor' has no attribute {name!r}")
 

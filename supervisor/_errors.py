@@ -30,6 +30,15 @@ class NoProvider(SubagentError):
     code = "NO_PROVIDER"
 
 
+class ProviderUnusable(NoProvider):
+    """An installed provider (a plug-in) that cannot be used here: its module does not
+    import, its entry point names no kind, or its run cannot be built (a run class that
+    fills in no hooks).  The text names the distribution and why, in one line; the raw
+    error is on ``__cause__`` and in the host log.  The CLI prints it and exits 1."""
+
+    code = "PROVIDER_UNUSABLE"
+
+
 class DuplicateProvider(SubagentError):
     code = "DUPLICATE_PROVIDER"
 
@@ -157,6 +166,7 @@ home(
     DuplicateProvider,
     InvalidRequest,
     NoProvider,
+    ProviderUnusable,
     StartAborted,
     StartFailed,
     TeardownFailed,

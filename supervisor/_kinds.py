@@ -27,11 +27,12 @@ from typing import Any, Generic, TypeVar
 
 from machines import Lifecycle, Vocabulary
 from supervisor._config import ProviderConfig
-from supervisor._errors import ConfigurationError, NoProvider
+from supervisor._errors import NoProvider, ProviderUnusable
 from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._registry import Provider
 from supervisor._seam import NO_CAPABILITIES, Capabilities
+from supervisor._unusable import distribution_text, unusable
 from supervisor._version import DISTRIBUTION
 
 log = logging.getLogger("supervisor")
@@ -107,11 +108,16 @@ class InstalledKind:
         return names[0] if names else None
 
     def load(self) -> ProviderKind[Any]:
-        loaded = self.entry_point.load()
+        """The kind, imported; :class:`~supervisor.ProviderUnusable` (one line naming the
+        distribution) when its module does not import or names no :class:`ProviderKind`."""
+        what = f'provider kind "{self.name}"'
+        try:
+            loaded = self.entry_point.load()
+        except Exception as exc:  # a plug-in's import error (or a warning made an error)
+            raise unusable(what, distribution_text(self.entry_point.dist), "importing it", exc) from exc
         if not isinstance(loaded, ProviderKind):
-            raise ConfigurationError(
-                f'the entry point for provider kind "{self.name}" does not name a ProviderKind'
-            )
+            where = distribution_text(self.entry_point.dist)
+            raise ProviderUnusable(f"{what}{where} cannot be used: its entry point names no ProviderKind")
         return loaded
 
 

@@ -8,17 +8,24 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
 
 from machines import TransitionSink
 from supervisor._abort import AbortSignal
-from supervisor._errors import DuplicateProvider, InvalidRequest, NoProvider, UnsupportedCapability
+from supervisor._errors import (
+    DuplicateProvider,
+    InvalidRequest,
+    NoProvider,
+    SubagentError,
+    UnsupportedCapability,
+)
 from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._unusable import distribution_of, unusable
 
 if TYPE_CHECKING:
     from supervisor._warm import WarmPool
@@ -70,6 +77,20 @@ async def _start(run: Run, task_group: TaskGroup, abort: AbortSignal | None, con
         await run.start(task_group, abort, conversation=True)
     else:
         await run.start(task_group, abort)
+
+
+def build_run(provider: Provider, request: SubagentRequest, **options: Any) -> Run:
+    """``provider.create_run(request, **options)``, the one way every front-end builds a
+    run: a plug-in whose run cannot be built (a run class with hooks left abstract, a
+    constructor that raises) is :class:`ProviderUnusable`, one line naming its
+    distribution, before anything spawns."""
+    try:
+        return provider.create_run(request, **options)
+    except SubagentError:
+        raise
+    except Exception as exc:
+        what = f'subagent provider "{provider.name}"'
+        raise unusable(what, distribution_of(provider), "creating a run", exc) from exc
 
 
 class Registry:
@@ -135,7 +156,7 @@ class Registry:
                 run = warm.take(key, provider, request, trace)
                 if run is not None:
                     return run
-        return provider.create_run(request, trace=trace)
+        return build_run(provider, request, trace=trace)
 
     def register(self, provider: Provider) -> None:
         if provider.name in self._providers:

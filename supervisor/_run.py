@@ -87,6 +87,7 @@ from machines import (
 from supervisor._abort import AbortSignal
 from supervisor._clean import clean_text
 from supervisor._config import ProviderConfig
+from supervisor._deprecated import adopt_old_hooks
 from supervisor._diagnostic import (
     FailureFacts,
     LimitFacts,
@@ -172,6 +173,10 @@ class ProviderRun(ABC, Generic[ConfigT]):
     tool_kinds: ClassVar[frozenset[str]] = TOOL_KINDS
     """The closed set of tool-call kinds :meth:`note_tool_call` counts (default: ACP's
     ``ToolKind``); it must hold ``other``, which any kind outside it becomes."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        adopt_old_hooks(cls)  # a run written for 0.2 (``_start``, ``_drive``, ...) still runs
 
     def __init__(self, context: RunContext[ConfigT]) -> None:
         self.id = str(uuid.uuid4())
@@ -343,16 +348,17 @@ class ProviderRun(ABC, Generic[ConfigT]):
             self._drive_scope.deadline = min(
                 self._drive_scope.deadline, anyio.current_time() + self.config.term_grace
             )
-            self._remote_cancel()
+            self._ask_remote_cancel()
         else:
             self._stop_turn()
 
     def _stop_turn(self) -> None:
         """Stop driving the turn, and ask the child to stop it too (best effort)."""
         self._drive_scope.cancel()
-        self._remote_cancel()
+        self._ask_remote_cancel()
 
-    def _remote_cancel(self) -> None:
+    def _ask_remote_cancel(self) -> None:
+        # Not ``_remote_cancel``: that is the 0.2 name of the ``remote_cancel`` hook.
         if self._task_group is not None and not self._closed.is_set():  # never on a closed group
             self._remote_cancel_done = anyio.Event()
             self._task_group.start_soon(self._best_effort_remote_cancel, self._remote_cancel_done)

@@ -56,6 +56,7 @@ EXPORTS = {
     "DuplicateProvider",
     "InvalidRequest",
     "NoProvider",
+    "ProviderUnusable",
     "StartAborted",
     "StartFailed",
     "TeardownFailed",

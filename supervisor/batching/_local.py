@@ -19,6 +19,7 @@ import anyio
 import anyio.abc
 
 from supervisor._abort import AbortSignal
+from supervisor._errors import ProviderUnusable
 from supervisor._kinds import example_config, example_kind
 from supervisor._public import home
 from supervisor._registry import Registry, require_asyncio
@@ -150,7 +151,11 @@ async def _local(
                     await out.send(item)
                     continue
                 events.started(item.id)
-                record = await run_job(item, abort, live=events.live)
+                try:
+                    record = await run_job(item, abort, live=events.live)
+                except ProviderUnusable as exc:  # a plug-in whose run cannot be built: one line
+                    await out.send(BatchError(id=item.id, error=str(exc)))
+                    continue
                 if record is None:
                     events.cancelled(item.id)
                 else:

@@ -23,6 +23,7 @@ import anyio
 import supervisor
 from supervisor._host_limits import host_limit_lines
 from supervisor._kinds import PROVIDERS_GROUP, example_config, example_kind, loaded_kinds
+from supervisor._registry import build_run
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
 from supervisor._version import DISTRIBUTION, package_version
@@ -100,7 +101,7 @@ async def _run_example() -> str | None:
         return None
     name, kind = found
     provider = kind.provider(example_config(kind, stderr="discard"), name)
-    run = provider.create_run(SubagentRequest(task="doctor", parent_cwd=Path.cwd()))
+    run = build_run(provider, SubagentRequest(task="doctor", parent_cwd=Path.cwd()))
     with anyio.move_on_after(EXAMPLE_TIMEOUT_SECONDS):
         return (await supervise(run)).stop_reason
     return None

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from supervisor._errors import SubagentError
+from supervisor._errors import ProviderUnusable, SubagentError
 from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _mcp as _mcp_cli
@@ -202,12 +202,18 @@ def _capabilities_text(capabilities: Any) -> str:
 def _providers() -> int:
     from supervisor._kinds import installed_kinds
 
+    status = EXIT_OK
     for name, installed in installed_kinds().items():
-        kind = installed.load()
+        try:
+            kind = installed.load()
+        except ProviderUnusable as exc:  # the others are still listed
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            status = EXIT_FAILED
+            continue
         extra = f"; needs the `{installed.extra}` extra" if installed.extra else ""
         print(f"{name:<12} {kind.vocabulary.label} child{extra}")
         print(f"{'':<12} capabilities: {_capabilities_text(kind.capabilities)}")
-    return EXIT_OK
+    return status
 
 
 def _reap() -> int:
@@ -273,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run.command(args, command)
     except ConfigError as exc:
         return _usage(str(exc))
+    except ProviderUnusable as exc:  # an installed plug-in that cannot run: not a usage error
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except SubagentError as exc:  # e.g. an unsupported capability: rejected before spawning
         return _usage(str(exc))
 
