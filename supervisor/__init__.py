@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.batching._jobs import BatchRecord as BatchRecord
     from supervisor.batching._jobs import BatchTurn as BatchTurn
     from supervisor.batching._local import batch as batch
+    from supervisor.journal import Journal as Journal
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
     from supervisor.run._progress import Progress as Progress
@@ -109,6 +110,7 @@ _ORIGINS: dict[str, str] = {
     "Capabilities": "supervisor._seam",
     "Resources": "supervisor._seam",
     "SessionPlan": "supervisor._seam",
+    "Journal": "supervisor.journal",
     "StopReason": "supervisor._seam",
     "SubagentRequest": "supervisor._seam",
     "SubagentResult": "supervisor._seam",
@@ -147,6 +149,7 @@ __all__ = (
     "InvalidRequest",
     "JobOutcome",
     "JobStatus",
+    "Journal",
     "NoProvider",
     "Progress",
     "ProgressCounts",

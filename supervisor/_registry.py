@@ -26,6 +26,8 @@ from supervisor._handle import Run
 from supervisor._public import home
 from supervisor._seam import Capabilities, SubagentRequest
 from supervisor._unusable import distribution_of, unusable
+from supervisor.journal import Journal
+from supervisor.journal import _switch as _journal
 
 if TYPE_CHECKING:
     from supervisor._warm import WarmPool
@@ -94,11 +96,24 @@ def build_run(provider: Provider, request: SubagentRequest, **options: Any) -> R
 
 
 class Registry:
-    """Providers by name.  Runs already handed out stay valid after ``unregister``."""
+    """Providers by name.  Runs already handed out stay valid after ``unregister``.
 
-    def __init__(self) -> None:
+    ``journal`` (a path, or a :class:`~supervisor.Journal`) writes every run this registry
+    creates to that journal (SPEC section 21); a journal that cannot be written says so
+    once in the host log and the runs go on unjournaled.
+    """
+
+    def __init__(self, *, journal: Journal | str | os.PathLike[str] | None = None) -> None:
         self._providers: dict[str, Provider] = {}
+        self._journal: Journal | None = (
+            journal if journal is None or isinstance(journal, Journal) else Journal(journal)
+        )
         self._warm: WarmPool | None = None  # made by the first prestart
+
+    @property
+    def journal(self) -> Journal | None:
+        """The journal this registry's runs are written to, if any."""
+        return self._journal
 
     async def __aenter__(self) -> Registry:
         return self
@@ -137,7 +152,8 @@ class Registry:
         if self._warm is None:
             self._warm = WarmPool()
         count = check_count(count, config, self._warm.kept_elsewhere(key))
-        await self._warm.prestart(key, provider, count)
+        with _journal.using(self._journal):  # warm runs are journaled once taken and started
+            await self._warm.prestart(key, provider, count)
 
     def create_run(
         self, name: str, request: SubagentRequest, *, trace: TransitionSink | None = None
@@ -145,6 +161,10 @@ class Registry:
         """A run of provider ``name`` for ``request``, unstarted: a warm child of the same
         provider, config and cwd when one is ready (its ``start`` then publishes at once),
         else a fresh one.  Checks nothing: call :meth:`check` first."""
+        with _journal.using(self._journal):  # the run's journal is fixed as it is built
+            return self._create_run(name, request, trace)
+
+    def _create_run(self, name: str, request: SubagentRequest, trace: TransitionSink | None) -> Run:
         provider = self.get(name)
         warm = self._warm
         if warm is not None:

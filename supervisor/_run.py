@@ -112,6 +112,7 @@ from supervisor._public import home
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._text import cap_text
 from supervisor._turn_guard import TurnLimits, guard_turn
+from supervisor.journal import _switch as _journal
 from supervisor.process import (
     Containment,
     CwdError,
@@ -190,7 +191,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self.config: ConfigT = context.config
         self.request = context.request
         self._telemetry = _telemetry.for_run()
-        self.audit = AuditTrail(self.id, sink=self._telemetry.sink(context.trace))
+        self._journal = _journal.for_run()  # the journal's hooks (a no-op when not journaled)
+        self.audit = AuditTrail(self.id, sink=self._journal.sink(self._telemetry.sink(context.trace)))
         self.machine = self.lifecycle(listeners=[self.audit])
         self._published = False
         self.process: ManagedProcess | None = None
@@ -445,6 +447,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._run_progress.begin_turn()
         self.audit.turn = self._turn_number
         self._telemetry.next_turn(self, previous)  # the settled turn's span ends, the next one opens
+        self._journal.next_turn(self)
         self._result = None
         self._settled = anyio.Event()
         self._cancelled_locally = False
@@ -484,6 +487,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                     self._closed.set()
                     self._run_progress.end()
                     self._telemetry.end(self, self._result, self._dispose_error)
+                    self._journal.end(self)
         else:
             await self._dispose_done.wait()
         if self._dispose_error is not None:
@@ -706,6 +710,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raise InvalidRequest("this run's lifecycle has no turn loop: it cannot converse")
         self._conversation = conversation
         self._telemetry.begin(self)
+        self._journal.begin(self)
         try:
             if self._prestarted:  # a warm child: the handshake is done, straight to the first turn
                 await self._publish_prestarted(abort)
@@ -714,6 +719,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 self._publish(abort)
         except BaseException as exc:
             self._telemetry.start_failed(self, exc)
+            self._journal.start_failed(self, exc)
             raise
 
     async def prestart(self, task_group: TaskGroup) -> None:
@@ -827,6 +833,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
     def _publish(self, abort: AbortSignal | None) -> None:
         """The run is the caller's now: its first turn starts."""
         self._published = True
+        self._journal.published(self)
         if self._cancelled_locally:  # cancelled while starting: settled already
             self._record(CommonEvent.CANCELLED)
         if abort is not None:
@@ -886,6 +893,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._failure_category = category
         self._result = result
         self._results.append(result)
+        self._journal.settled(self, result)
         self._settled.set()
         self._run_progress.settle(final=not self._conversation)
 

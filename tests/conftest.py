@@ -8,10 +8,13 @@ supervisor's scrub keeps it), so a daemon that escaped to PID 1 is still found.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -47,6 +50,12 @@ pytest.register_assert_rewrite("tests.support.reliability")
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
 os.environ[SESSION_VARIABLE] = SESSION_TAG
+# Every run is journaled by default (SPEC 21): the commands the tests start write to a
+# journal of this session's own, never to the user's $XDG_STATE_HOME.
+_STATE_HOME = tempfile.mkdtemp(prefix="subagents-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME
+os.environ.pop("SUBAGENTS_JOURNAL", None)
+atexit.register(shutil.rmtree, _STATE_HOME, True)
 
 TESTS = Path(__file__).resolve().parent
 CHILDREN = TESTS / "children"

@@ -28,6 +28,7 @@ EXPORTS = {
     "RunOutcome",
     "Resources",
     "SessionPlan",
+    "Journal",
     "ExitFacts",
     "StderrMode",
     "AuditTrail",

@@ -43,6 +43,9 @@ def add_parser(commands: Any) -> None:
     add_ceiling_arguments(parser)
     parser.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     parser.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+    from supervisor.cli._journal import add_argument as add_journal_argument
+
+    add_journal_argument(parser)
 
 
 def _recorded_ids(path: Path) -> set[str]:
@@ -105,6 +108,10 @@ def command(args: argparse.Namespace) -> int:
         done = _recorded_ids(args.out)
         lines = [b"" if line_id(line) in done else line for line in lines]
     out = _open_out(args.out, args.resume)
+    if args.ray is None:  # runs on Ray are in Ray's worker processes: not journaled here
+        from supervisor.cli._journal import open_for_command
+
+        open_for_command(args, args.config)
     telemetry.configure_from_cli(args.otel)
     try:
         with telemetry.span("subagents batch"):  # every run's span nests under this one

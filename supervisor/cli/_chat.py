@@ -81,6 +81,9 @@ def command(args: argparse.Namespace, child: list[str]) -> int:
         provider.name, SubagentRequest(task="chat", parent_cwd=chat_plan.parent_cwd), conversation=True
     )
     configure_logging(args.verbose)
+    from supervisor.cli._journal import open_for_command
+
+    open_for_command(args, args.config)
     telemetry.configure_from_cli(args.otel)
     try:
         return anyio.run(_talk, chat_plan, args, provider, backend="asyncio")

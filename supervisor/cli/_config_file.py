@@ -19,6 +19,7 @@ from supervisor._errors import ConfigurationError
 from supervisor._host_limits import set_host_ceiling
 from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Provider, Registry
+from supervisor.cli._journal import check_keys as check_journal_keys
 from supervisor.cli._usage import ConfigError as ConfigError
 from supervisor.cli._usage import add_ceiling_arguments as add_ceiling_arguments
 
@@ -107,9 +108,10 @@ def load_file(path: Path) -> list[Entry]:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(document) - {"provider"}
+    unknown = set(document) - {"provider", "journal", "journal_text"}
     if unknown:
         raise ConfigError(f"{path}: unknown top-level key(s): {', '.join(sorted(unknown))}")
+    check_journal_keys(path, document)
     raw_entries = document.get("provider", [])
     if not isinstance(raw_entries, list) or not raw_entries:
         raise ConfigError(f"{path}: no [[provider]] entries")

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from supervisor._errors import ProviderUnusable, SubagentError
 from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
+from supervisor.cli import _journal as _journal_cli
 from supervisor.cli import _mcp as _mcp_cli
 from supervisor.cli._usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, ConfigError, configure_logging
 
@@ -83,6 +84,7 @@ def _run_options(run: argparse.ArgumentParser, *, timeout_help: str, json_help: 
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help=timeout_help)
     run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+    _journal_cli.add_argument(run)
     run.add_argument(
         "--start-timeout",
         metavar="SECONDS",
@@ -144,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     _batch_cli.add_parser(commands)
 
     _mcp_cli.add_parser(commands)
+    _journal_cli.add_parsers(commands)
     return parser
 
 
@@ -261,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _reap()
         if args.command == "doctor":
             return _doctor()
+        if args.command == "runs":
+            return _journal_cli.runs_command(args)
+        if args.command == "show":
+            return _journal_cli.show_command(args)
         from supervisor.process import own_orphans  # the process layer: these commands need it anyway
 
         own_orphans()  # run, chat, batch and mcp start no children of their own besides runs

@@ -28,6 +28,9 @@ def add_parser(commands: Any) -> None:
     add_ceiling_arguments(mcp)
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
+    from supervisor.cli._journal import add_argument as add_journal_argument
+
+    add_journal_argument(mcp)
 
 
 class _StopRequested:
@@ -73,6 +76,9 @@ def command(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from None
     registry, names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
     apply_ceiling(args)
+    from supervisor.cli._journal import open_for_command
+
+    open_for_command(args, args.config)
     settings = _mcp.McpSettings(
         registry=registry, providers=tuple(names), roots=tuple(roots), max_concurrent=args.max_concurrent
     )

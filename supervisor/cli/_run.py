@@ -54,6 +54,9 @@ def command(args: argparse.Namespace, child: list[str]) -> int:
     """Plan, run and report one run; ``child`` is the argv after ``--`` (may be empty)."""
     plan = _plan(args, child)
     configure_logging(args.verbose)
+    from supervisor.cli._journal import open_for_command
+
+    open_for_command(args, args.config)
     telemetry.configure_from_cli(args.otel)
     try:
         return anyio.run(_run, plan, args, backend="asyncio")
