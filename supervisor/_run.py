@@ -737,7 +737,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         which first hears the transitions recorded so far."""
         self.request = request
         self._turn_task = request.task
-        self.audit.retarget(self._telemetry.sink(trace))
+        self._journal = _journal.for_run()  # the journal of the registry handing the run out
+        self.audit.retarget(self._journal.sink(self._telemetry.sink(trace)))
 
     async def _publish_prestarted(self, abort: AbortSignal | None) -> None:
         if abort is not None and abort.aborted:

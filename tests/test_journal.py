@@ -528,3 +528,31 @@ def test_the_parser_knows_the_journals_states() -> None:
     from supervisor.journal._read import STATES
 
     assert PARSED == STATES
+
+
+def test_a_warm_child_is_journaled_once_taken_with_its_whole_trail(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    async def main() -> tuple[str, list[dict[str, Any]]]:
+        registry = Registry(journal=path)
+        found = example_kind()
+        assert found is not None
+        name, kind = found
+        assert kind.example is not None
+        registry.register(kind.provider(kind.example(), name))
+        async with registry:
+            await registry.prestart(name, 2, cwd=tmp_path)
+            async with registry.run(name, SubagentRequest(task="warm", parent_cwd=tmp_path)) as run:
+                await run.result()
+            trail = run.audit.as_dicts()
+        assert registry.journal is not None
+        registry.journal.flush(30)
+        return run.id, trail
+
+    run_id, trail = anyio.run(main, backend="asyncio")
+    [record] = list_runs(path)  # the children no caller took left no row
+    assert record.id == run_id
+    full = read_run(path, run_id)
+    assert full is not None
+    assert [(a["event"], a["machine"]) for a in full.audit] == [(a["event"], a["machine"]) for a in trail]
+    assert [a["t"] for a in full.audit] == [a["t"] for a in trail]

@@ -165,41 +165,41 @@ INSERT INTO audit (run_id, turn, machine, event, source, target, t, at) VALUES (
 class RunJournal:
     """The hooks of one journaled run, writing to ``journal``."""
 
-    __slots__ = ("_journal", "_run_id", "_session", "_started")
+    __slots__ = ("_journal", "_pending", "_run_id", "_session", "_started")
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._run_id: str | None = None
         self._started = time.monotonic()
         self._session: str | None = None
+        # Transitions before ``begin`` (a warm child's handshake, before a caller took it):
+        # written once the run is, so a child no caller takes leaves no rows.
+        self._pending: list[tuple[Transition, float]] = []
 
     def sink(self, downstream: TransitionSink | None) -> TransitionSink:
-        write = self._journal.write
-        started = self._started
-
         def journaled(entry: Transition) -> None:
-            write(
-                _AUDIT,
-                (
-                    entry.run_id,
-                    entry.turn,
-                    entry.machine,
-                    entry.event,
-                    entry.source,
-                    entry.target,
-                    round(entry.t - started, 6),
-                    time.time(),
-                ),
-            )
-            if entry.event == "turn_ended" and self._run_id is not None:
-                write(_RUN_STATE, ("idle", 0, time.time(), self._run_id))
+            if self._run_id is None:
+                self._pending.append((entry, time.time()))
+            else:
+                self._audit(entry, time.time())
             if downstream is not None:
                 downstream(entry)
 
         return journaled
 
+    def _audit(self, entry: Transition, at: float) -> None:
+        write = self._journal.write
+        t = round(entry.t - self._started, 6)
+        write(
+            _AUDIT, (entry.run_id, entry.turn, entry.machine, entry.event, entry.source, entry.target, t, at)
+        )
+        if entry.event == "turn_ended":
+            write(_RUN_STATE, ("idle", 0, at, entry.run_id))
+
     def begin(self, run: JournaledRun) -> None:
         self._run_id = run.id
+        # ``t`` as the run's own trail counts it (from the run's making: a warm child's spawn)
+        self._started = getattr(getattr(run, "audit", None), "started_at", self._started)
         host, pid, host_start = host_identity()
         now = time.time()
         turns_before = max(run.turn - 1, 0)
@@ -222,6 +222,9 @@ class RunJournal:
             ),
         )
         self._journal.write(_INTERRUPTED_TURNS, (run.id,))
+        pending, self._pending = self._pending, []
+        for entry, at in pending:
+            self._audit(entry, at)
 
     def published(self, run: JournaledRun) -> None:
         self._note_session(run)

@@ -136,5 +136,5 @@ def check_readable(connection: sqlite3.Connection) -> None:
     if version > VERSION:
         raise SchemaProblem(
             f"written by a newer subagent-supervisor (journal schema {version}; "
-                f"this one knows up to {VERSION})"
+            f"this one knows up to {VERSION})"
         )
