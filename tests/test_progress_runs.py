@@ -60,3 +60,47 @@ async def test_a_conversation_is_watched_turn_by_turn_until_it_is_over(tmp_path:
     assert seen[-1].turn == 2
     assert seen[-1].settled
     assert {p.turn for p in seen} <= {1, 2}
+
+
+async def test_acp_tool_calls_plan_answer_and_usage_are_counted(tmp_path: Path) -> None:
+    task = "count my tools\n@tools read,edit*2,execute\n@usage\n@permission edit"
+    registry = Registry()
+    registry.register(Provider(example_agent_config(permission="allow")))
+    async with registry.run("acp", SubagentRequest(task=task, parent_cwd=tmp_path)) as run:
+        result = await run.result()
+        final = run.progress
+    assert final.tool_calls == {"read": 1, "edit": 2, "execute": 1, "other": 0}
+    assert final.tool_call_status == {"completed": 4}
+    assert final.plan == {"completed": 4}
+    assert final.permissions == {"allowed": 1}
+    assert final.answer_bytes == len(result.output.encode())
+    assert final.usage == result.usage
+    assert final.usage is not None
+    assert progress_line(final) == (
+        f"prompt · turn 1 · {final.elapsed_ms // 1000} s · 4 tool calls (edit 2, execute 1, read 1)"
+        f" · plan 4/4 done · 1 permission request (allowed 1) · {final.answer_bytes:,} answer bytes"
+        f" · {final.usage.output_tokens} output tokens"
+    )
+
+
+async def test_a_denied_permission_is_counted(tmp_path: Path) -> None:
+    task = "may I?\n@permission delete"
+    async with acp_registry().run("acp", SubagentRequest(task=task, parent_cwd=tmp_path)) as run:
+        result = await run.result()
+    assert result.stop_reason == StopReason.ABORTED  # the example agent ends a denied turn cancelled
+    assert run.progress.permissions == {"denied": 1}
+
+
+async def test_dsh_tool_calls_and_answer_bytes_are_counted(tmp_path: Path) -> None:
+    from tests.dsh_sdk.test_provider import dsh, registry_with
+
+    provider = dsh(tmp_path, {"MESSAGE": "textless", "DELTAS": "fake answer"})
+    async with registry_with(provider).run(
+        provider.name, SubagentRequest(task="t", parent_cwd=tmp_path)
+    ) as run:
+        await run.result()
+        final = run.progress
+    assert final.tool_calls == {"other": 1}
+    assert final.tool_call_status == {"completed": 1}  # the turn ended: the call is done
+    assert final.answer_bytes == len(b"fake answer")
+    assert final.settled

@@ -35,6 +35,12 @@ Directives: a line of the task text that is exactly one of these is obeyed and l
 - ``@fail``: after streaming, answer the prompt with a JSON-RPC error (-32603) instead of a result.
 - ``@exit CODE``: after streaming, exit with status CODE (0-255) without answering the prompt.
 - ``@recall``: answer with what was asked earlier in this session instead of an echo.
+- ``@tools KIND[*N][,KIND[*N]...]``: before answering, "work": send a ``plan`` with one entry per
+  tool call, then for each call a ``tool_call`` (``pending``) and two ``tool_call_update``
+  notifications (``in_progress``, then ``completed``), each followed by the plan with that
+  entry's status (no plan for more than 50 calls); KIND is an ACP ``ToolKind``, sent
+  verbatim; ``*N`` repeats it N times (at most 100,000 calls in all).  Nothing is run: it
+  shows a client's progress display at work.
 - ``@usage``: report usage: the prompt response carries ``usage`` (input tokens: the task's words;
   output tokens: the answer's words) and a ``usage_update`` notification before it carries the
   session's cumulative cost in USD (0.0001 per token).
@@ -70,10 +76,24 @@ OPTIONS: list[JsonObject] = [
 ]
 ALLOW_OPTIONS = frozenset({"allow-once", "allow-always"})
 GREETINGS = frozenset({"say hello", "say hi", "hello", "hi"})
-_DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit|recall|usage)(?:[ \t]+(\S+))?")
+_DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit|recall|usage|tools)(?:[ \t]+(\S+))?")
 _FLAGS = ("fail", "recall", "usage")
 COST_PER_TOKEN = 0.0001
 _CHUNK = re.compile(r"\s*\S+\s*")
+_TOOL = re.compile(r"([a-z_]+)(?:\*([0-9]{1,6}))?")
+MAX_TOOL_CALLS = 100_000
+MAX_PLANNED = 50
+
+
+def parse_tools(value: str) -> list[str] | None:
+    """``KIND[*N],...`` as the list of kinds, one per call; None when malformed."""
+    kinds: list[str] = []
+    for item in value.split(","):
+        match = _TOOL.fullmatch(item)
+        if match is None:
+            return None
+        kinds.extend([match[1]] * int(match[2] or 1))
+    return kinds if len(kinds) <= MAX_TOOL_CALLS else None
 
 
 class Directives:
@@ -87,6 +107,7 @@ class Directives:
         self.recall = False
         self.usage = False
         self.exit_code: int | None = None
+        self.tools: list[str] = []
 
     def apply(self, name: str, value: str | None) -> bool:
         """Apply one directive; False (and nothing changed) when its value is malformed."""
@@ -101,6 +122,8 @@ class Directives:
             self.slow_ms = number
         elif name == "exit" and number is not None and number <= 255:
             self.exit_code = number
+        elif name == "tools" and value and (tools := parse_tools(value)) is not None:
+            self.tools = tools
         else:
             return False
         return True
@@ -287,7 +310,8 @@ class ExampleAgent:
             answer = recall_answer(list(history)) if directives.recall else compose_answer(task)
             if task:
                 history.append(task)
-        finished = self._stream(session_id, answer, delay)
+        finished = self._work(session_id, directives.tools)
+        finished = finished and self._stream(session_id, answer, delay)
         if finished and directives.permission is not None:
             report, finished = self._use_tool(session_id, cwd, directives.permission)
             finished = self._stream(session_id, "\n\n" + report, delay) and finished
@@ -320,6 +344,41 @@ class ExampleAgent:
     def _is_cancelled(self, session_id: str, wait: float = 0) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: session_id in self._cancelled, timeout=wait)
+
+    def _work(self, session_id: str, kinds: list[str]) -> bool:
+        """Report a plan and its tool calls (nothing is run); False when cancelled first."""
+        if not kinds:
+            return True
+        steps = [
+            {"content": f"Step {n + 1}: {kind}", "priority": "medium", "status": "pending"}
+            for n, kind in enumerate(kinds)
+        ]
+        planned = len(kinds) <= MAX_PLANNED
+        if planned:
+            self._update(session_id, {"sessionUpdate": "plan", "entries": steps})
+        for n, kind in enumerate(kinds):
+            if self._is_cancelled(session_id):
+                return False
+            call = f"example-tool-{n}"
+            title = f"Step {n + 1}: {kind}"
+            self._update(
+                session_id,
+                {
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": call,
+                    "title": title,
+                    "kind": kind,
+                    "status": "pending",
+                },
+            )
+            for status in ("in_progress", "completed"):
+                self._update(
+                    session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": status}
+                )
+                steps[n]["status"] = status
+                if planned:
+                    self._update(session_id, {"sessionUpdate": "plan", "entries": steps})
+        return True
 
     def _stream(self, session_id: str, text: str, delay: float) -> bool:
         """Send text word by word; False when the turn was cancelled first."""

@@ -40,7 +40,6 @@ CLIENT_NAME = "subagent-supervisor"
 # The SDK's modules that log through the root logger with module-level ``logging`` calls.
 ACP_SDK_MODULES = ("acp.connection", "acp._transport", "acp.task.sender", "acp.task.supervisor", "acp.stdio")
 CLOSE_TIMEOUT = 1.0
-COST_DIGITS = 10  # a turn's cost is a difference of two cumulative floats: drop the float noise
 
 # ACP stop reason -> (shared stop reason, failure line facts or None)
 _STOP_REASONS: dict[str, tuple[StopReason, str | None]] = {
@@ -62,7 +61,6 @@ class AcpRun(ProviderRun[Config]):
         self._client: UnattendedClient | None = None
         self._transport: StdioTransport | None = None
         self._session_id: str | None = None
-        self._cost_before: float = 0.0  # the session's cumulative cost when this turn began
         self._usage: Usage | None = None
 
     # -- start --------------------------------------------------------------------------
@@ -78,7 +76,10 @@ class AcpRun(ProviderRun[Config]):
         from supervisor.providers.acp._transport import StdioTransport
 
         self._client = UnattendedClient(
-            policy=config.permission, output=CappedText(config.max_output_bytes), on_output=self.note_output
+            policy=config.permission,
+            output=CappedText(config.max_output_bytes),
+            on_output=self.note_output,
+            progress=self,
         )
         self._transport = StdioTransport(
             process.stdout,
@@ -165,6 +166,8 @@ class AcpRun(ProviderRun[Config]):
             raw_failure("run %s: prompt failed", self.id, exc=exc)
             return await self._prompt_failure()
         self._usage = self._turn_usage(response.usage)
+        if self._usage is not None:
+            self.note_usage(self._usage)
         return self._stop_result(str(response.stop_reason))
 
     def _turn_usage(self, tokens: AcpUsage | None) -> Usage | None:
@@ -177,9 +180,8 @@ class AcpRun(ProviderRun[Config]):
             fields["input_tokens"] = tokens.input_tokens + cached_read + (tokens.cached_write_tokens or 0)
             fields["output_tokens"] = tokens.output_tokens
             fields["cached_input_tokens"] = tokens.cached_read_tokens
-        client = self._client
-        if client is not None and client.cost_reported and client.cost_usd is not None:
-            fields["cost_usd"] = round(client.cost_usd - self._cost_before, COST_DIGITS)
+        if self._client is not None:
+            fields["cost_usd"] = self._client.turn_cost
         return Usage.from_reported(fields)
 
     def _raw_stop_reason(self) -> str | None:
@@ -250,7 +252,6 @@ class AcpRun(ProviderRun[Config]):
         assert self._transport is not None
         self._client.next_turn(CappedText(self.config.max_output_bytes))
         self._transport.raw.next_turn()
-        self._cost_before = self._client.cost_usd or 0.0
         self._usage = None
 
     def session_usable(self) -> bool:

@@ -32,6 +32,7 @@ from claude_agent_sdk import (
     SystemMessage,
     TextBlock,
     ToolPermissionContext,
+    UserMessage,
 )
 
 from machines.claude_code import CLAUDE_CODE_VOCABULARY, ClaudeCodeEvent, ClaudeCodeLifecycle
@@ -44,6 +45,7 @@ from supervisor._waits import first_of
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
+from supervisor.providers.claude_code._progress import TOOL_KINDS, TurnTools
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
 from supervisor.wire import CappedText, cap_text
@@ -80,6 +82,7 @@ EXITED = _Exited()
 class ClaudeCodeRun(ProviderRun[Config]):
     vocabulary = CLAUDE_CODE_VOCABULARY
     lifecycle = ClaudeCodeLifecycle
+    tool_kinds = TOOL_KINDS
 
     def __init__(self, context: RunContext[Config], *, cli: Path, sdk_version: str) -> None:
         super().__init__(context)
@@ -91,6 +94,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self._permission_line: str | None = None
         self._result_received = False  # this turn's result message arrived
         self._cost_total = 0.0  # the session's running cost before this turn
+        self._tools = TurnTools()  # this turn's progress, read from the stream
+        self._denials: set[int] = set()  # hashes of the tool uses denied in this turn
 
     # -- start ----------------------------------------------------------------------------
 
@@ -170,14 +175,34 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     def _observe(self, message: object) -> None:
         if isinstance(message, AssistantMessage):
+            for call in self._tools.calls(message):  # a sub-agent's tool calls are the run's work too
+                self.note_tool_call(*call)
             if message.parent_tool_use_id is not None or message.error is not None:
                 return  # a sub-agent's text, or the CLI's synthetic API-error message
+            plan = self._tools.plan(message)
+            if plan is not None:
+                self.note_plan(plan)
+            self.note_usage(self._tools.usage(message))
             for block in message.content:
                 if isinstance(block, TextBlock) and block.text:
                     self._partial.add(block.text)
+                    self.note_answer_bytes(len(block.text.encode("utf-8", "surrogatepass")))
                     self.note_output()
+        elif isinstance(message, UserMessage):
+            for result in self._tools.results(message):
+                self.note_tool_call(*result)
         elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
             self._decided("tool permission", "denied")
+            data = message.data if isinstance(message.data, dict) else {}
+            self._denied(data.get("tool_use_id"))
+
+    def _denied(self, tool_use_id: object) -> None:
+        """Count a denied permission request once, however many messages report it."""
+        key = hash(tool_use_id) if isinstance(tool_use_id, str) else None
+        if key is None or key not in self._denials:
+            if key is not None and len(self._denials) < 10_000:
+                self._denials.add(key)
+            self.note_permission("denied")
 
     def _result_of(self, message: ResultMessage) -> SubagentResult:
         facts = read_result(
@@ -193,6 +218,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         verdict = classify(facts)
         self.fact(verdict.event)
         usage = self._usage(message)
+        if usage is not None:
+            self.note_usage(usage)
         if verdict.category is None:
             assert facts is not None
             assert facts.result is not None
@@ -262,6 +289,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self._partial = CappedText(self.config.max_output_bytes, separator="\n\n")
         self._permission_line = None
         self._result_received = False
+        self._tools = TurnTools()
+        self._denials = set()
 
     def session_usable(self) -> bool:
         """The CLI lives, its stream is intact, and it ended the turn with a result message."""
@@ -342,6 +371,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
     ) -> PermissionResultAllow | PermissionResultDeny:
         self._decided("tool permission", "denied")
+        self._denied(context.tool_use_id)
         log.info("run %s: denied a Claude Code tool permission request", self.id)
         return PermissionResultDeny(message=DENIAL_MESSAGE, interrupt=False)
 

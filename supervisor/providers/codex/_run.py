@@ -54,6 +54,7 @@ from supervisor.providers.codex._classify import classify
 from supervisor.providers.codex._command import app_server_argv, thread_permissions
 from supervisor.providers.codex._config import Config
 from supervisor.providers.codex._policy import answer_request
+from supervisor.providers.codex._progress import APPROVALS, TOOL_KINDS, plan_statuses, tool_call
 from supervisor.providers.codex._protocol import (
     AgentMessageDelta,
     AgentMessageItem,
@@ -89,8 +90,9 @@ from supervisor.wire import client_version
 
 log = logging.getLogger("supervisor")
 
+PLAN_UPDATED: Final = "turn/plan/updated"
 _TURN_METHODS: Final = frozenset(
-    {"turn/completed", "item/started", "item/completed", "item/agentMessage/delta", "error"}
+    {"turn/completed", "item/started", "item/completed", "item/agentMessage/delta", "error", PLAN_UPDATED}
 )
 """The notifications a run reads; every other one is ignored."""
 
@@ -135,6 +137,7 @@ def _tokens_used(before: ThreadTokenUsage | None, after: ThreadTokenUsage | None
 class CodexRun(ProviderRun[Config]):
     vocabulary = CODEX_VOCABULARY
     lifecycle = CodexLifecycle
+    tool_kinds = TOOL_KINDS
 
     def __init__(
         self,
@@ -270,6 +273,9 @@ class CodexRun(ProviderRun[Config]):
             self._tokens = ThreadTokenUsage.model_validate(event.params.get("tokenUsage", {}).get("total"))
         except (ValidationError, AttributeError) as exc:
             raw_failure("run %s: malformed token usage", self.id, exc=exc)
+            return
+        if self._this_turn.outcome is None:
+            self.note_usage(_tokens_used(self._this_turn.tokens, self._tokens))
 
     def _on_wire_closed(self, reason: CloseReason) -> None:
         self._this_turn.done.set()
@@ -312,8 +318,11 @@ class CodexRun(ProviderRun[Config]):
         if method == "item/agentMessage/delta":
             delta = AgentMessageDelta.model_validate(params)
             turn.answers.delta(delta.item_id, delta.delta)
+            self.note_answer_bytes(len(delta.delta.encode("utf-8", "surrogatepass")))
             if turn.answers.partial():
                 self.note_output()
+        elif method == PLAN_UPDATED:
+            self.note_plan(plan_statuses(params))
         elif method == "error":
             error = ErrorNotification.model_validate(params)
             log.info("run %s: codex error (retry: %s)", self.id, error.will_retry)
@@ -326,6 +335,9 @@ class CodexRun(ProviderRun[Config]):
 
     def _on_item(self, turn: _TurnState, method: str, item: Mapping[str, Any]) -> None:
         kind = item.get("type")
+        call = tool_call(method, item)
+        if call is not None:
+            self.note_tool_call(*call)
         if kind == "agentMessage":
             message = AgentMessageItem.model_validate(item)
             if method == "item/started":
@@ -412,6 +424,8 @@ class CodexRun(ProviderRun[Config]):
             self._finish(self._this_turn, self._failed(self.failure("unknown")))
             return None
         self._decide(answer.request, answer.decision)
+        if answer.request in APPROVALS:
+            self.note_permission("denied")  # never granted: declined or cancelled
         return answer.response
 
     # -- cancel and teardown ----------------------------------------------------------

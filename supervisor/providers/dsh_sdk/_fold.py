@@ -33,6 +33,7 @@ __all__ = [
 
 
 _M = TypeVar("_M", bound=BaseModel)
+MAX_OPEN_CALLS: Final = 10_000
 
 
 class _Wire(BaseModel):
@@ -81,6 +82,7 @@ class _Envelope(_Wire):
 class _ContentBlock(_Wire):
     type: str
     text: Any = None
+    id: Any = None
 
 
 class _AssistantMessage(_Wire):
@@ -236,6 +238,12 @@ class TurnProgress:
     ``""``), else the root ``text-delta`` chunks accumulated.  Only notifications after
     the inbox receipt are folded, so a rejected or malformed prompt attributes no text.
     ``max_output_bytes`` bounds both texts (a prefix is kept).
+
+    Progress, closed values only: :attr:`answer_bytes`, and :attr:`tool_updates` (the run
+    drains them after each notification).  The runtime reports no tool results, so a
+    root ``tool-call`` block is ``in_progress`` until the model speaks again (a later
+    chunk or message of the turn: it has the call's result) or the turn ends, and then
+    ``completed``; a failed call cannot be told apart.
     """
 
     def __init__(self, *, max_output_bytes: int | None = None) -> None:
@@ -248,6 +256,21 @@ class TurnProgress:
         """Whether the inbox receipt of the prompt has been seen."""
         self.turn_end: TurnEnd | None = None
         """The last root ``turn/end`` seen so far."""
+        self._delta_bytes = 0
+        self._message_bytes = 0
+        self._open_calls: list[str] = []
+        self.tool_updates: list[tuple[str, str]] = []
+        """``(call id, status)`` updates not yet drained by the run."""
+
+    @property
+    def answer_bytes(self) -> int:
+        """UTF-8 bytes of answer text received (before any cap): the deltas', or the
+        latest message's when that is more."""
+        return max(self._delta_bytes, self._message_bytes)
+
+    def _close_calls(self) -> None:
+        self.tool_updates.extend((call, "completed") for call in self._open_calls)
+        self._open_calls.clear()
 
     @property
     def output(self) -> str:
@@ -266,17 +289,28 @@ class TurnProgress:
             if data is None:
                 raise DshProtocolError("an assistant/message event of the turn carried malformed content")
             content = data.message.content
+            self._close_calls()
             if content:
                 message = CappedText(self._max_output_bytes)
+                size = 0
                 for block in content:
                     if block.type == "text" and isinstance(block.text, str):
                         message.add(block.text)
+                        size += len(block.text.encode("utf-8", "surrogatepass"))
+                    elif block.type == "tool-call" and isinstance(block.id, str):
+                        if len(self._open_calls) < MAX_OPEN_CALLS:
+                            self._open_calls.append(block.id)
+                        self.tool_updates.append((block.id, "in_progress"))
                 self._message = message
+                self._message_bytes = size
         elif envelope.type == "assistant/chunk":
             chunk = _parse(_AssistantChunkData, envelope.data)
+            self._close_calls()
             if chunk is not None and chunk.chunk.type == "text-delta":
                 self._deltas.add(chunk.chunk.text)
+                self._delta_bytes += len(chunk.chunk.text.encode("utf-8", "surrogatepass"))
         elif envelope.type == "turn/end":
+            self._close_calls()
             self.turn_end = _turn_end(envelope.data)
 
 

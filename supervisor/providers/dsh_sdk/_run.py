@@ -95,6 +95,7 @@ class DshSdkRun(ProviderRun[Config]):
         self._spliced = False
         self._session_id = new_session_id()  # one session for every turn of the run
         self._turn_over = False  # the runtime ended this turn (idle), or refused its prompt
+        self._answer_bytes = 0  # of this turn, noted so far
 
     # -- start --------------------------------------------------------------------------
 
@@ -171,8 +172,19 @@ class DshSdkRun(ProviderRun[Config]):
         if not self._spliced:
             self._spliced = True
             self.fact(DshSdkEvent.PROMPT_SPLICED)
-        if self._progress is not None and self._progress.output:
+        progress = self._progress
+        if progress is None:
+            return
+        if progress.output:
             self.note_output()
+        grown = progress.answer_bytes - self._answer_bytes
+        if grown > 0:
+            self._answer_bytes += grown
+            self.note_answer_bytes(grown)
+        if progress.tool_updates:  # the runtime's tool names are no closed set: every call is ``other``
+            for call, status in progress.tool_updates:
+                self.note_tool_call(call, "other", status)
+            progress.tool_updates.clear()
 
     def _settlement(self, stop_reason: StopReason, category: str | None) -> SubagentResult:
         diagnostic = None if category is None else self.failure(category).line()
@@ -185,6 +197,7 @@ class DshSdkRun(ProviderRun[Config]):
 
     def begin_turn(self) -> None:
         self._progress = None
+        self._answer_bytes = 0
         self._spliced = False
         self._turn_over = False
 
