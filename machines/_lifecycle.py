@@ -16,7 +16,9 @@ usable goes ``settled -> idle`` (``turn_ended``); the next turn goes ``idle -> <
 stage>`` (``turn_sent``).  From ``idle`` the conversation may also end: ``dispose``,
 the idle timeout, the child's death between turns, or the run ending it (an abort);
 a turn that left no usable session ends it from ``settled``.  Every path still ends in
-``teardown`` and then ``quiescent`` or ``leaked``.
+``teardown`` and then ``quiescent`` or ``leaked``.  A cold resume (a conversation
+continued in a new process, in charts built with a ``resume_stage``) goes from that
+startup stage straight to ``idle`` (``resumed``): it is published without a turn.
 
 Transitions are data (h11 style): each provider module declares a table of
 ``(event, source, target)`` rows, events named for the protocol or process fact that
@@ -74,6 +76,8 @@ class CommonEvent(enum.StrEnum):
     IDLE_TIMED_OUT = "idle_timed_out"
     CHILD_LOST = "child_lost"
     CONVERSATION_ENDED = "conversation_ended"
+    # a cold resume: the agent's own session continued in a new process, published idle
+    RESUMED = "resumed"
 
 
 class _StageTracker:
@@ -198,6 +202,7 @@ def common_rows(
     teardown: str,
     late: Sequence[str] = (),
     turn_stage: str | None = None,
+    resume_stage: str | None = None,
 ) -> tuple[Row, ...]:
     """The rows every provider shares.
 
@@ -213,7 +218,11 @@ def common_rows(
       (``turn_sent``), and ``idle`` ends in ``teardown`` on ``dispose``, the idle
       timeout (``idle_timed_out``), the child's death (``child_lost``) or the run ending
       the conversation (``conversation_ended``, also from ``settled``: a turn that left
-      no usable session).
+      no usable session);
+    * with a ``resume_stage`` too (a kind that can continue an agent's session in a new
+      process, a cold resume): ``resumed`` goes from that startup stage (where the kind
+      continues the session instead of opening one) straight to ``idle``, without a
+      turn; the next turn enters ``turn_stage`` from there as after any turn.
     """
     rows: list[Row] = []
     for stage in startup:
@@ -239,6 +248,12 @@ def common_rows(
         rows.append((CommonEvent.CHILD_LOST, IDLE, teardown))
         rows.append((CommonEvent.CONVERSATION_ENDED, IDLE, teardown))
         rows.append((CommonEvent.CONVERSATION_ENDED, SETTLED, teardown))
+    if resume_stage is not None:
+        if turn_stage is None:
+            raise ValueError("a resume stage needs a turn stage: a resumed run is published idle")
+        if resume_stage not in startup:
+            raise ValueError(f"the resume stage {resume_stage!r} must be one of the startup stages")
+        rows.append((CommonEvent.RESUMED, resume_stage, IDLE))
     return tuple(rows)
 
 

@@ -34,6 +34,14 @@ class Run(Protocol):
     def provider_name(self) -> str: ...
 
     @property
+    def agent_session_id(self) -> str | None:
+        """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
+        ``session_id``) once its session exists, bounded printable; None before, or when
+        the agent's id is unusable.  Host-side only (a journal keeps it to resume the
+        session later): never in a result, a diagnostic, a span or a log at INFO."""
+        ...
+
+    @property
     def vocabulary(self) -> Vocabulary:
         """The provider's closed vocabulary (its label and stages)."""
         ...

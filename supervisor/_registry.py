@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -24,7 +25,8 @@ from supervisor._errors import (
 )
 from supervisor._handle import Run
 from supervisor._public import home
-from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._resume import check_plan, not_resumable
+from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor._unusable import distribution_of, unusable
 from supervisor.journal import Journal
 from supervisor.journal import _switch as _journal
@@ -58,7 +60,12 @@ class Provider(Protocol):
     def inherits_parent_context(self) -> bool: ...
 
     def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
-        """A fresh, unstarted run for ``request``."""
+        """A fresh, unstarted run for ``request``.
+
+        A kind whose capabilities declare ``resume`` (or that honours ``SessionPlan.run_id``)
+        also takes ``session: SessionPlan | None = None``; the registry passes it only when
+        there is a plan, so a provider written before it existed is called as above.
+        """
         ...
 
 
@@ -93,6 +100,39 @@ def build_run(provider: Provider, request: SubagentRequest, **options: Any) -> R
     except Exception as exc:
         what = f'subagent provider "{provider.name}"'
         raise unusable(what, distribution_of(provider), "creating a run", exc) from exc
+
+
+def _create(
+    provider: Provider, request: SubagentRequest, trace: TransitionSink | None, session: SessionPlan | None
+) -> Run:
+    """``provider.create_run``, with the session plan only when there is one and the
+    provider takes it: a provider of 0.3 takes no such keyword, and a plan without
+    ``resume`` (a run id, ``keep``) is then not passed (the run mints its own id: read
+    ``run.id``).  A plan with ``resume`` only reaches a kind that declares ``resume``."""
+    if session is None or (session.resume is None and not _takes_session(provider)):
+        return build_run(provider, request, trace=trace)
+    return build_run(provider, request, trace=trace, session=session)
+
+
+def _takes_session(provider: Provider) -> bool:
+    try:
+        parameters = inspect.signature(provider.create_run).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "session" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _check_session(
+    provider: Provider, request: SubagentRequest, session: SessionPlan | None, *, conversation: bool
+) -> None:
+    """A session plan's checks before anything spawns; a kind that cannot resume is
+    ``ConversationOver`` ``not resumable`` (its label read from a run never started)."""
+    if session is None:
+        return
+    check_plan(session, provider.capabilities, conversation=conversation)
+    if session.resume is not None and not getattr(provider.capabilities, "resume", False):
+        label = build_run(provider, request).vocabulary.label
+        raise not_resumable(label, session.turns_before)
 
 
 class Registry:
@@ -156,16 +196,27 @@ class Registry:
             await self._warm.prestart(key, provider, count)
 
     def create_run(
-        self, name: str, request: SubagentRequest, *, trace: TransitionSink | None = None
+        self,
+        name: str,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
     ) -> Run:
         """A run of provider ``name`` for ``request``, unstarted: a warm child of the same
         provider, config and cwd when one is ready (its ``start`` then publishes at once),
-        else a fresh one.  Checks nothing: call :meth:`check` first."""
+        else a fresh one.  A run with a session plan is always a fresh one (a warm child
+        has its own run id and a new session already).  Checks nothing: call :meth:`check`
+        first."""
         with _journal.using(self._journal):  # the run's journal is fixed as it is built
-            return self._create_run(name, request, trace)
+            return self._create_run(name, request, trace, session)
 
-    def _create_run(self, name: str, request: SubagentRequest, trace: TransitionSink | None) -> Run:
+    def _create_run(
+        self, name: str, request: SubagentRequest, trace: TransitionSink | None, session: SessionPlan | None
+    ) -> Run:
         provider = self.get(name)
+        if session is not None:
+            return _create(provider, request, trace, session)
         warm = self._warm
         if warm is not None:
             from supervisor._warm import warm_config, warm_key
@@ -222,14 +273,16 @@ class Registry:
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
         conversation: bool = False,
+        session: SessionPlan | None = None,
     ) -> Run:
         """Lower level than :meth:`run`: the run's background work lives in ``task_group``.
 
         The caller must ``dispose()`` the returned run.
         """
-        self.check(name, request, conversation=conversation)
+        provider = self.check(name, request, conversation=conversation)
+        _check_session(provider, request, session, conversation=conversation)
         require_asyncio()
-        run = self.create_run(name, request, trace=trace)
+        run = self.create_run(name, request, trace=trace, session=session)
         await _start(run, task_group, abort, conversation)
         return run
 
@@ -242,16 +295,27 @@ class Registry:
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
         conversation: bool = False,
+        session: SessionPlan | None = None,
     ) -> AsyncIterator[Run]:
         """Start and publish a run; leaving the block disposes it (shielded).
 
         Leaving while the run is still in flight is a local cancellation.  With
         ``conversation=True`` the child is kept after the first turn (the request's
         task) for more turns: ``await run.send(task)``.
+
+        ``session`` plans the agent's session: ``run_id`` gives the run that id, and
+        ``resume`` (with ``conversation=True``, for a kind whose capabilities declare
+        ``resume``) continues that agent session in the new child instead of opening one:
+        the run is published idle, without a turn (the request's task is not sent;
+        ``run.turn`` is ``turns_before``, the next ``send`` the turn after).  A kind or an
+        agent that cannot resume it raises ``ConversationOver`` (reason ``not
+        resumable``) before any task is sent; a start that fails for another reason is a
+        ``StartFailed`` as ever (the session may still be resumed later).
         """
-        self.check(name, request, conversation=conversation)
+        provider = self.check(name, request, conversation=conversation)
+        _check_session(provider, request, session, conversation=conversation)
         require_asyncio()
-        run = self.create_run(name, request, trace=trace)
+        run = self.create_run(name, request, trace=trace, session=session)
         try:
             async with anyio.create_task_group() as tg:
                 await _start(run, task_group=tg, abort=abort, conversation=conversation)

@@ -109,7 +109,8 @@ from supervisor._guard import GuardedTaskGroup
 from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
-from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
+from supervisor._resume import NotResumable, check_resumable, not_resumable, plan_run_id, valid_session_id
+from supervisor._seam import Resources, SessionPlan, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._text import cap_text
 from supervisor._turn_guard import TurnLimits, guard_turn
 from supervisor.journal import _switch as _journal
@@ -163,6 +164,9 @@ class RunContext(Generic[ConfigT]):
     """Sees every transition as it happens (the CLI's ``--trace``)."""
     tree: Containment | None = None
     """Replaces the configured containment (tests model an unkillable tree with it)."""
+    session: SessionPlan | None = None
+    """How the run treats the agent's own session (its run id, a session to resume);
+    None: a new session under a new run id."""
 
 
 class ProviderRun(ABC, Generic[ConfigT]):
@@ -180,7 +184,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         adopt_old_hooks(cls)  # a run written for 0.2 (``_start``, ``_drive``, ...) still runs
 
     def __init__(self, context: RunContext[ConfigT]) -> None:
-        self.id = str(uuid.uuid4())
+        self.session: SessionPlan | None = context.session
+        """The session plan (``session.resume``: continue that agent session, a cold resume)."""
+        self.id = plan_run_id(context.session) or str(uuid.uuid4())
         # ``context.tree`` is the test seam: a containment substituted for the configured one.
         self.tree: Containment = (
             context.tree
@@ -193,6 +199,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._telemetry = _telemetry.for_run()
         self._journal = _journal.for_run()  # the journal's hooks (a no-op when not journaled)
         self.audit = AuditTrail(self.id, sink=self._journal.sink(self._telemetry.sink(context.trace)))
+        plan = context.session
+        self._turn_number = plan.turns_before if plan is not None and plan.resume is not None else 1
+        self.audit.turn = self._turn_number  # a resumed conversation's start belongs to its last turn
         self.machine = self.lifecycle(listeners=[self.audit])
         self._published = False
         self.process: ManagedProcess | None = None
@@ -217,7 +226,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._prestarted = False  # a warm child: spawned and handshaken before its request
         # conversations (see the module docstring)
         self._conversation = False
-        self._turn_number = 1
+        self._resumed_idle = False  # published idle by a cold resume; no turn in this process yet
+        self._first_turn = self._turn_number + 1 if self.resuming else 1  # the turn of ``_results[0]``
+        self._agent_session_id: str | None = None
         self._turn_task = context.request.task
         self._turn_started_at = 0.0  # on anyio's clock: where this turn's timeout_ms counts from
         self._results: list[SubagentResult] = []
@@ -257,8 +268,28 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def turn(self) -> int:
-        """The current turn's number: 1 for the request's task, then one more per :meth:`send`."""
+        """The current turn's number: 1 for the request's task, then one more per :meth:`send`
+        (a resumed conversation starts at ``session.turns_before``)."""
         return self._turn_number
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the run continues an agent's session (``session.resume``): a cold resume,
+        published idle without a turn."""
+        return self.session is not None and self.session.resume is not None
+
+    @property
+    def agent_session_id(self) -> str | None:
+        """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
+        ``session_id``) once the session exists, when it is a bounded printable string;
+        else None.  Host-side only: for a journal to resume the session later, never in a
+        result, a diagnostic, a span or a log at INFO."""
+        return self._agent_session_id
+
+    @agent_session_id.setter
+    def agent_session_id(self, value: object) -> None:
+        """Providers set it once the agent's session exists; an unusable value is None."""
+        self._agent_session_id = valid_session_id(value)
 
     @property
     def task(self) -> str:
@@ -281,8 +312,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def settled(self) -> bool:
-        """Whether the current turn's result has settled (it never changes afterwards)."""
-        return self._result is not None
+        """Whether the current turn's result has settled (it never changes afterwards); true
+        for a resumed conversation that has run no turn yet (nothing is running)."""
+        return self._result is not None or self._resumed_idle
 
     @property
     def resources(self) -> Resources | None:
@@ -323,8 +355,12 @@ class ProviderRun(ABC, Generic[ConfigT]):
     async def result(self) -> SubagentResult:
         """The settled result of the latest turn (waiting for it if it is running).
 
-        In a one-shot run, the run's result.  Never raises for a child-level failure.
+        In a one-shot run, the run's result.  Never raises for a child-level failure.  A
+        resumed conversation has no result until its first :meth:`send`: asking for one
+        before is :class:`~supervisor.InvalidRequest`.
         """
+        if self._resumed_idle:
+            raise InvalidRequest("a resumed conversation has run no turn yet: send one first")
         settled = self._settled
         await settled.wait()
         return self._results[-1] if self._result is None else self._result
@@ -337,6 +373,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._cancel_turn(wind_down=self._conversation and self._over is None)
 
     def _cancel_turn(self, *, wind_down: bool) -> None:
+        if self._resumed_idle:  # a resumed conversation before its first send: no turn to cancel
+            return
         if self._result is not None:
             if not wind_down:  # a cancelled turn still winding down stops now
                 self._drive_scope.cancel()
@@ -384,7 +422,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if self._over is not None:
             await self._over_known.wait()
             self._raise_if_over()
-        if self._sending or self._result is None:
+        if self._sending or (self._result is None and not self._resumed_idle):
             raise TurnInProgress()
         self._sending = True
         try:
@@ -412,7 +450,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             if self._turn_number == number:
                 self.cancel()
             raise
-        return self._results[number - 1]
+        return self._results[number - self._first_turn]
 
     @property
     def conversation_over(self) -> ConversationOver | None:
@@ -441,6 +479,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
     def _begin_next_turn(self, task: str) -> None:
         self._stop_idle_watch()
         previous = self._result
+        self._resumed_idle = False
         self._turn_number += 1
         self._turn_task = task
         self._turn_started_at = anyio.current_time()
@@ -708,6 +747,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """
         if conversation and not any(row[0] == CommonEvent.TURN_ENDED for row in self.lifecycle.TABLE):
             raise InvalidRequest("this run's lifecycle has no turn loop: it cannot converse")
+        if self.resuming:
+            check_resumable(self, conversation=conversation)
         self._conversation = conversation
         self._telemetry.begin(self)
         self._journal.begin(self)
@@ -776,6 +817,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             await self._rollback(CommonEvent.START_ABORTED)
             raise StartAborted(self._aborted_text())
         failure: StepFailed | None = None
+        refused: NotResumable | None = None  # the agent cannot continue the session to resume
         limit: LimitFacts | None = None  # the limit that failed the start, if one did
         try:
             with anyio.CancelScope() as scope:
@@ -792,6 +834,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
                         failure = StepFailed(self.failure(self.vocabulary.start_timeout_category))
                 except StepFailed as exc:
                     failure = exc
+                except NotResumable as exc:
+                    refused = exc
                 except Exception as exc:
                     failure = StepFailed(self.failure("unknown"))
                     failure.__cause__ = exc
@@ -812,6 +856,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
             if teardown_error is not None:
                 raise StartFailed(teardown_error.diagnostic, quiescent=False) from teardown_error
             raise StartAborted(self._aborted_text())
+        if failure is None and refused is None and self.resuming:
+            failure = self._resumed()
         if failure is not None:
             self._failure_category = failure.facts.category
             log.info("run %s: start failed: %s", self.id, failure.diagnostic)
@@ -830,6 +876,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
             )
             assert text is not None
             raise StartFailed(text, quiescent=teardown_error is None) from failure
+        if refused is not None:
+            await self._refuse_resume(refused)
 
     def _publish(self, abort: AbortSignal | None) -> None:
         """The run is the caller's now: its first turn starts."""
@@ -839,7 +887,41 @@ class ProviderRun(ABC, Generic[ConfigT]):
             self._record(CommonEvent.CANCELLED)
         if abort is not None:
             self._remove_abort = abort.add_callback(self._aborted if self._conversation else self.cancel)
-        self.task_group.start_soon(self._drive_and_settle)
+        if self.resuming:
+            self._publish_idle()
+        else:
+            self.task_group.start_soon(self._drive_and_settle)
+
+    async def _refuse_resume(self, refused: NotResumable) -> None:
+        """The agent cannot continue the session: roll back, then ``ConversationOver``
+        ``not resumable`` (closed facts; a rollback failure is a ``StartFailed``)."""
+        log.info("run %s: the agent cannot resume the session", self.id)
+        raw_failure("run %s: the raw refusal", self.id, exc=refused)
+        teardown_error = await self._rollback(CommonEvent.START_FAILED)
+        if teardown_error is not None:
+            raise StartFailed(teardown_error.diagnostic, quiescent=False) from refused
+        raise not_resumable(self.vocabulary.label, self._turn_number) from None
+
+    def _resumed(self) -> StepFailed | None:
+        """The handshake continued the session: the chart goes ``resumed`` to ``idle``.  A
+        chart that refuses (the handshake left it outside its resume stage: a provider's
+        bug) fails the start as ``unknown``."""
+        try:
+            self.machine.send(CommonEvent.RESUMED)
+        except Exception as exc:
+            failure = StepFailed(self.failure("unknown"))
+            failure.__cause__ = exc
+            return failure
+        return None
+
+    def _publish_idle(self) -> None:
+        """A cold resume is published idle, without a turn (``run.turn`` is the last turn's
+        number), and the idle session is watched."""
+        self._resumed_idle = True
+        self._turn_done.set()
+        self._run_progress.settle(final=False)  # idle, as after a turn: the clock stops
+        self._idle_scope = anyio.CancelScope()
+        self.task_group.start_soon(self._watch_idle, self._idle_scope)
 
     def _start_budget(self) -> tuple[float, LimitFacts | None]:
         """How long the handshake may take: ``start_timeout_ms``, or what is left of
@@ -1013,7 +1095,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             return
         self._turn_stopped = ConversationEnd.SESSION_UNUSABLE
         self._drive_scope.cancel()
-        if self._result is None:
+        if self._result is None and not self._resumed_idle:
             self._settle_failure(self.failure("unknown"))
         elif self._conversation and self.machine.state_name == IDLE:  # between turns: no driver to end it
             self._end_conversation(ConversationEnd.SESSION_UNUSABLE, CommonEvent.CONVERSATION_ENDED)

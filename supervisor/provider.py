@@ -84,6 +84,7 @@ from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
 from supervisor._kinds import ProviderKind as ProviderKind
 from supervisor._kinds import Readiness as Readiness
 from supervisor._registry import Provider as Provider
+from supervisor._resume import NotResumable as NotResumable
 from supervisor._run import ProviderRun as ProviderRun
 from supervisor._run import RunContext as RunContext
 from supervisor._run import StepFailed as StepFailed
@@ -135,6 +136,7 @@ __all__ = (
     "Lifecycle",
     "LineReader",
     "ManagedProcess",
+    "NotResumable",
     "Provider",
     "ProviderConfig",
     "ProviderKind",

@@ -98,6 +98,7 @@ AUTHORS = {
     "ProviderRun",
     "RunContext",
     "SessionPlan",
+    "NotResumable",
     "config_digest",
     "Run",
     "StepFailed",
