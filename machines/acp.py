@@ -3,7 +3,9 @@
 ``initialize`` covers the cwd check, the spawn, the ACP ``initialize`` request and the
 optional ``authenticate``; ``process`` is entered when the spawn fails or the child
 exits before the prompt's terminal response.  In a conversation each later turn is
-``session/prompt`` again on the same session: ``idle -> prompt``.
+``session/prompt`` again on the same session: ``idle -> prompt``.  A cold resume
+continues a session in ``new-session`` (``session/resume``, else ``session/load``) and
+is published idle (``resumed``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ AcpLifecycle = build_lifecycle(
             running=("prompt", "process"),
             teardown="teardown",
             turn_stage="prompt",
+            resume_stage="new-session",
             late=(
                 AcpEvent.STOP_REASON_RECEIVED,
                 AcpEvent.PROMPT_FAILED,

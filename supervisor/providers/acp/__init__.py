@@ -13,13 +13,15 @@ from machines import TransitionSink
 from machines.acp import ACP_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._run import AcpRun
 
 EXAMPLE_AGENT = Path(__file__).resolve().parent / "_example_agent.py"
-CAPABILITIES = Capabilities(conversation=True)
-"""No start-time option; a run can converse (``session/prompt`` again on its session)."""
+CAPABILITIES = Capabilities(conversation=True, resume=True)
+"""No start-time option; a run can converse (``session/prompt`` again on its session) and
+continue a session in a new process (``session/resume``, else ``session/load``, where the
+agent advertises one)."""
 
 
 def example_agent_config(**keys: object) -> Config:
@@ -40,8 +42,14 @@ class Provider:
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> AcpRun:
-        return AcpRun(RunContext(self.name, self.config, request, trace))
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> AcpRun:
+        return AcpRun(RunContext(self.name, self.config, request, trace, session=session))
 
 
 def readiness() -> Readiness:

@@ -71,30 +71,41 @@ class UnattendedClient:
         self._on_output = on_output
         self._progress = progress
         self.session_id: str | None = None
+        self.replaying: str | None = None
+        """The session being loaded (``session/load``): its replayed history is neither
+        output nor usage; only its cumulative cost is noted, as the baseline of the next turn's."""
         self.permission: PermissionFact | None = None
         self.cost_usd: float | None = None
         """The session's cumulative cost, from the latest ``usage_update`` in USD."""
         self.cost_reported = False
         """Whether a ``usage_update`` with a cost in USD arrived during this turn."""
-        self.cost_before = 0.0
-        """The session's cumulative cost when this turn began."""
+        self.cost_before: float | None = 0.0
+        """The session's cumulative cost when this turn began; None when unknown (a resumed
+        session whose earlier cost the agent did not replay: the turn's cost is then unknown)."""
+        self.cost_unknown = False
+        """Set for a resumed session: before any cost is seen, the baseline is unknown, not 0."""
 
     def next_turn(self, output: CappedText) -> None:
         """A new turn: fresh output, no decision yet (the cumulative cost carries on)."""
         self.output = output
         self.permission = None
         self.cost_reported = False
-        self.cost_before = self.cost_usd or 0.0
+        cost = self.cost_usd
+        self.cost_before = cost if cost is not None else (None if self.cost_unknown else 0.0)
 
     @property
     def turn_cost(self) -> float | None:
         """What this turn added to the session's cost, when a cost was reported in it."""
-        if not self.cost_reported or self.cost_usd is None:
+        if not self.cost_reported or self.cost_usd is None or self.cost_before is None:
             return None
         return round(self.cost_usd - self.cost_before, COST_DIGITS)
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if session_id != self.session_id:
+            if session_id == self.replaying and isinstance(update, UsageUpdate):
+                cost = update.cost
+                if cost is not None and cost.currency.upper() == "USD":
+                    self.cost_usd = cost.amount
             return
         if isinstance(update, AgentMessageChunk):
             if isinstance(update.content, TextContentBlock) and update.content.text:

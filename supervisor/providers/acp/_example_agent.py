@@ -18,7 +18,21 @@ Methods:
   session remembers what it was asked, so a conversation (several prompts on one session) can
   ask for it back with ``@recall``.
 - ``session/cancel``: the pending prompt stops streaming and answers ``cancelled``.
+- ``session/resume`` and ``session/load`` (only with a sessions directory, below): continue a
+  session an earlier process of this agent kept.  ``session/resume`` answers ``{}`` at once;
+  ``session/load`` first replays the session's history as ``session/update`` notifications
+  (each earlier task as a ``user_message_chunk``, each answer as an ``agent_message_chunk``,
+  and the cumulative cost as a ``usage_update`` when ``@usage`` counted any), then answers
+  ``{}``.  An unknown session id is answered with JSON-RPC error -32002 (resource not found).
 - stdin EOF: the agent exits 0 at once.
+
+Sessions directory: with ``SUBAGENT_EXAMPLE_SESSIONS=DIR`` (or ``--sessions DIR``; an absolute
+path to an existing directory) the agent keeps each session in ``DIR/<session id>.json``
+(its cwd, what it was asked and answered, its token count), written after every turn, and
+advertises ``loadSession`` and ``sessionCapabilities.resume`` in ``initialize``.
+``SUBAGENT_EXAMPLE_OFFER`` (a comma-separated subset of ``resume,load``; default both) narrows
+what it advertises and answers, so a client's fallback (``load``) or refusal (empty) can be
+shown.  Without a directory it advertises neither and answers both with -32601.
 
 Directives: a line of the task text that is exactly one of these is obeyed and left out of the echo
 (any other line, ``@`` or not, is plain task text):
@@ -59,6 +73,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO, NoReturn
@@ -80,6 +95,8 @@ _DIRECTIVE = re.compile(r"@(permission|slow|stop|fail|exit|recall|usage|tools)(?
 _FLAGS = ("fail", "recall", "usage")
 COST_PER_TOKEN = 0.0001
 _CHUNK = re.compile(r"\s*\S+\s*")
+_SESSION_ID = re.compile(r"example-[0-9a-f]{16}")
+SESSION_METHODS = ("resume", "load")
 _TOOL = re.compile(r"([a-z_]+)(?:\*([0-9]{1,6}))?")
 MAX_TOOL_CALLS = 100_000
 MAX_PLANNED = 50
@@ -175,13 +192,23 @@ def compose_answer(task: str) -> str:
 class ExampleAgent:
     """One ACP connection: a reader loop on the main thread, one worker thread per prompt."""
 
-    def __init__(self, out: BinaryIO, defaults: Directives) -> None:
+    def __init__(
+        self,
+        out: BinaryIO,
+        defaults: Directives,
+        *,
+        sessions_dir: str | None = None,
+        offer: frozenset[str] = frozenset(SESSION_METHODS),
+    ) -> None:
         self._out = out
         self._defaults = defaults
+        self._sessions_dir = sessions_dir
+        self._offer = offer if sessions_dir is not None else frozenset()
         self._out_lock = threading.Lock()
         self._cond = threading.Condition()
         self._sessions: dict[str, str] = {}
         self._history: dict[str, list[str]] = {}
+        self._answers: dict[str, list[str]] = {}
         self._tokens: dict[str, int] = {}
         self._cancelled: set[str] = set()
         self._waiting: set[int] = set()
@@ -253,6 +280,8 @@ class ExampleAgent:
             self._initialize(rid, params)
         elif method == "session/new":
             self._new_session(rid, params)
+        elif method in ("session/resume", "session/load") and method.removeprefix("session/") in self._offer:
+            self._continue_session(rid, params, replay=method == "session/load")
         elif method == "session/prompt":
             threading.Thread(target=self._prompt, args=(rid, params), daemon=True).start()
         else:
@@ -269,8 +298,9 @@ class ExampleAgent:
             {
                 "protocolVersion": PROTOCOL_VERSION,
                 "agentCapabilities": {
-                    "loadSession": False,
+                    "loadSession": "load" in self._offer,
                     "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+                    "sessionCapabilities": {"resume": {}} if "resume" in self._offer else {},
                 },
                 "authMethods": [],
                 "agentInfo": {"name": AGENT_NAME, "title": "Example agent", "version": AGENT_VERSION},
@@ -286,8 +316,81 @@ class ExampleAgent:
         with self._cond:
             self._sessions[session_id] = cwd
             self._history[session_id] = []
+            self._answers[session_id] = []
             self._tokens[session_id] = 0
         self._result(rid, {"sessionId": session_id})
+
+    def _continue_session(self, rid: Any, params: JsonObject, *, replay: bool) -> None:
+        """``session/resume`` (``replay`` false) or ``session/load``: a kept session, again."""
+        cwd, session_id = params.get("cwd"), params.get("sessionId")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            self._error(rid, -32602, "Invalid params", "cwd must be an absolute path")
+            return
+        kept = self._read_session(session_id)
+        if kept is None or not isinstance(session_id, str):
+            self._error(rid, -32002, "Resource not found", "no such session")
+            return
+        history, answers, tokens = kept
+        with self._cond:
+            self._sessions[session_id] = cwd
+            self._history[session_id] = list(history)
+            self._answers[session_id] = list(answers)
+            self._tokens[session_id] = tokens
+        if replay:
+            for task, answer in zip(history, answers, strict=False):
+                self._update(session_id, {"sessionUpdate": "user_message_chunk", "content": _text(task)})
+                self._update(session_id, {"sessionUpdate": "agent_message_chunk", "content": _text(answer)})
+            if tokens:
+                self._update(session_id, self._usage_update(tokens))
+        self._result(rid, {})
+
+    # kept sessions
+
+    def _session_path(self, session_id: object) -> str | None:
+        if self._sessions_dir is None or not isinstance(session_id, str):
+            return None
+        if _SESSION_ID.fullmatch(session_id) is None:  # never a path of the client's choosing
+            return None
+        return os.path.join(self._sessions_dir, session_id + ".json")
+
+    def _read_session(self, session_id: object) -> tuple[list[str], list[str], int] | None:
+        path = self._session_path(session_id)
+        if path is None:
+            return None
+        try:
+            with open(path, encoding="utf-8") as file:
+                kept = json.load(file)
+        except (OSError, ValueError):
+            return None
+        history, answers, tokens = kept.get("history"), kept.get("answers"), kept.get("tokens")
+        if not (isinstance(history, list) and isinstance(answers, list) and isinstance(tokens, int)):
+            return None
+        if not all(isinstance(item, str) for item in [*history, *answers]):
+            return None
+        return history, answers, tokens
+
+    def _keep_session(self, session_id: str) -> None:
+        """Write the session's state (atomically: a crash never leaves half a file)."""
+        path = self._session_path(session_id)
+        if path is None:
+            return
+        with self._cond:
+            kept = {
+                "cwd": self._sessions.get(session_id),
+                "history": list(self._history.get(session_id, [])),
+                "answers": list(self._answers.get(session_id, [])),
+                "tokens": self._tokens.get(session_id, 0),
+            }
+        directory = os.path.dirname(path)
+        try:
+            fd, temporary = tempfile.mkstemp(dir=directory, prefix=".session-", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                json.dump(kept, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except OSError:
+            pass  # a session that cannot be kept is still served in this process
 
     def _prompt(self, rid: Any, params: JsonObject) -> None:
         session_id = params.get("sessionId")
@@ -310,12 +413,17 @@ class ExampleAgent:
             answer = recall_answer(list(history)) if directives.recall else compose_answer(task)
             if task:
                 history.append(task)
+                self._answers.setdefault(session_id, []).append(answer)
         finished = self._work(session_id, directives.tools)
         finished = finished and self._stream(session_id, answer, delay)
         if finished and directives.permission is not None:
             report, finished = self._use_tool(session_id, cwd, directives.permission)
             finished = self._stream(session_id, "\n\n" + report, delay) and finished
-        if not finished or self._is_cancelled(session_id):
+        cancelled = not finished or self._is_cancelled(session_id)
+        counted = directives.usage and not cancelled and directives.exit_code is None and not directives.fail
+        usage = self._usage(session_id, task, answer) if counted else None
+        self._keep_session(session_id)  # before the answer: a client may be killed once it has it
+        if cancelled:
             self._result(rid, {"stopReason": "cancelled"})
         elif directives.exit_code is not None:
             with self._out_lock:
@@ -323,8 +431,8 @@ class ExampleAgent:
                 os._exit(directives.exit_code)
         elif directives.fail:
             self._error(rid, -32603, "Internal error", "the example agent was told to fail")
-        elif directives.usage:
-            self._result(rid, {"stopReason": directives.stop, "usage": self._usage(session_id, task, answer)})
+        elif usage is not None:
+            self._result(rid, {"stopReason": directives.stop, "usage": usage})
         else:
             self._result(rid, {"stopReason": directives.stop})
 
@@ -333,11 +441,14 @@ class ExampleAgent:
         used_in, used_out = words(task), words(answer)
         with self._cond:
             self._tokens[session_id] = total = self._tokens.get(session_id, 0) + used_in + used_out
-        cost = {"amount": round(total * COST_PER_TOKEN, 6), "currency": "USD"}
-        self._update(
-            session_id, {"sessionUpdate": "usage_update", "used": total, "size": 200000, "cost": cost}
-        )
+        self._update(session_id, self._usage_update(total))
         return {"inputTokens": used_in, "outputTokens": used_out, "totalTokens": used_in + used_out}
+
+    @staticmethod
+    def _usage_update(total: int) -> JsonObject:
+        """The session's cumulative usage and cost (``total`` tokens so far)."""
+        cost = {"amount": round(total * COST_PER_TOKEN, 6), "currency": "USD"}
+        return {"sessionUpdate": "usage_update", "used": total, "size": 200000, "cost": cost}
 
     # turn helpers
 
@@ -429,10 +540,29 @@ class ExampleAgent:
         return f"Permission for {kind} granted ({option}); wrote {OUTPUT_FILE} in the session cwd.", True
 
 
+def _text(text: str) -> JsonObject:
+    return {"type": "text", "text": text}
+
+
+def sessions_setup(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, frozenset[str]]:
+    """The sessions directory (``--sessions DIR``, else ``SUBAGENT_EXAMPLE_SESSIONS``; only an
+    absolute path to an existing directory counts) and the session methods it offers."""
+    directory = env.get("SUBAGENT_EXAMPLE_SESSIONS", "").strip() or None
+    if "--sessions" in argv[:-1]:
+        directory = argv[argv.index("--sessions") + 1]
+    if directory is not None and not (os.path.isabs(directory) and os.path.isdir(directory)):
+        directory = None
+    offer = env.get("SUBAGENT_EXAMPLE_OFFER")
+    if offer is None:
+        return directory, frozenset(SESSION_METHODS)
+    return directory, frozenset(part.strip() for part in offer.split(",")) & frozenset(SESSION_METHODS)
+
+
 def main() -> NoReturn:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must never corrupt the protocol stream
-    agent = ExampleAgent(out, Directives.from_env(os.environ))
+    directory, offer = sessions_setup(sys.argv[1:], os.environ)
+    agent = ExampleAgent(out, Directives.from_env(os.environ), sessions_dir=directory, offer=offer)
     agent.serve(sys.stdin.buffer)
     agent.shutdown()
 

@@ -1,6 +1,12 @@
 """One ACP run over the supervisor's own process and streams (never ``spawn_agent_process``).
 
-A conversation is ``session/prompt`` again on the same session, one at a time.  A turn's
+A conversation is ``session/prompt`` again on the same session, one at a time.  A cold
+resume (``session.resume``) continues a session in a new child instead of opening one:
+``session/resume`` where the agent advertises it (``sessionCapabilities.resume``), else
+``session/load`` (``loadSession``; the history it replays is swallowed: neither output
+nor usage, only its cumulative cost kept as the next turn's baseline), else the agent
+cannot (:class:`~supervisor.provider.NotResumable`); an error answer to either from a
+live agent is a refusal too.  Same cwd, same (no) MCP servers, same permission policy.  A turn's
 usage: token counts from the prompt response's ``usage`` (marked unstable in the
 schema; read as this turn's), cost from the ``usage_update`` notifications (the
 session's cumulative cost: a turn's cost is what it added).
@@ -9,6 +15,7 @@ session's cumulative cost: a turn's cost is what it added).
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -18,6 +25,7 @@ from pydantic import ValidationError
 from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
+from supervisor._resume import NotResumable
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor._waits import first_of
@@ -30,7 +38,10 @@ from supervisor.providers.acp._untraced import import_acp_untraced
 from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from acp.client.connection import ClientSideConnection
+    from acp.schema import AgentCapabilities
     from acp.schema import Usage as AcpUsage
 
     from supervisor.providers.acp._client import UnattendedClient
@@ -93,7 +104,7 @@ class AcpRun(ProviderRun[Config]):
             # reads from raw frames, the transport keeps (``StdioTransport.raw``).
             self._conn = acp.connect_to_agent(self._client, self._transport)
         try:
-            await self._conn.initialize(
+            answer = await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
                 client_capabilities=acp.schema.ClientCapabilities(),
                 client_info=acp.schema.Implementation(name=CLIENT_NAME, version=client_version()),
@@ -108,6 +119,9 @@ class AcpRun(ProviderRun[Config]):
             except Exception as exc:
                 raise StepFailed(await self._startup_failure(exc)) from exc
         self.fact(AcpEvent.INITIALIZE_ANSWERED)
+        if self.session is not None and self.session.resume is not None:
+            await self._continue_session(acp, self.session.resume, cwd, answer.agent_capabilities)
+            return
         try:
             session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
         except ValidationError as exc:
@@ -117,7 +131,37 @@ class AcpRun(ProviderRun[Config]):
         if not self._transport.raw.has_session_id():
             raise StepFailed(self.failure("protocol"))
         self._session_id = self._client.session_id = session.session_id
+        self.agent_session_id = session.session_id
         self.fact(AcpEvent.SESSION_CREATED)
+
+    async def _continue_session(
+        self, acp: ModuleType, session_id: str, cwd: Path, capabilities: AgentCapabilities | None
+    ) -> None:
+        """A cold resume, in ``new-session``: ``session/resume``, else ``session/load``."""
+        assert self._conn is not None
+        assert self._client is not None
+        self._client.cost_unknown = True  # until the agent reports the session's cost
+        offers = capabilities.session_capabilities if capabilities is not None else None
+        call: Awaitable[object]
+        if offers is not None and offers.resume is not None:
+            call = self._conn.resume_session(session_id=session_id, cwd=str(cwd), mcp_servers=[])
+        elif capabilities is not None and capabilities.load_session:
+            self._client.replaying = session_id  # the replayed history is swallowed
+            call = self._conn.load_session(cwd=str(cwd), session_id=session_id, mcp_servers=[])
+        else:
+            raise NotResumable("the agent advertises neither session/resume nor session/load")
+        try:
+            await call
+        except acp.RequestError as exc:
+            raise NotResumable("the agent refused to continue the session") from exc
+        except ValidationError as exc:
+            raise StepFailed(self.failure("protocol")) from exc
+        except Exception as exc:
+            raise StepFailed(await self._startup_failure(exc)) from exc
+        finally:
+            self._client.replaying = None
+        self._session_id = self._client.session_id = session_id
+        self.agent_session_id = session_id
 
     async def _startup_failure(self, exc: BaseException) -> FailureFacts:
         """``X/protocol`` for bad frames, ``X/process-exit`` if the child died, else ``X/transport``."""

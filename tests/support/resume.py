@@ -1,0 +1,61 @@
+"""The first supervising process of a cold-resume test: a real host that runs turn 1 and dies.
+
+:func:`killed_host` starts ``tests/children/resume_host.py`` with a spec (a kind, its config
+keys, a workspace, a task), reads the facts it prints after each turn (the run id, the
+agent's session id, the child's pid...), then SIGKILLs it, as a crash or an OOM kill would,
+and waits (on pidfds, never on a clock) until its run's child and its keeper are gone: the
+agent's session then lives only where the agent kept it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+from tests.conftest import CHILDREN, PYTHON, tagged
+from tests.support.pidfd import pidfds, wait_gone
+
+RESUME_HOST = CHILDREN / "resume_host.py"
+GONE_WITHIN = 60.0  # a bound for "eventually", never a claim about speed
+
+
+def killed_host(spec: dict[str, Any], *, turns: int = 1) -> list[dict[str, Any]]:
+    """Run ``spec``'s conversation in a host of its own for ``turns`` turns, SIGKILL the host,
+    and return the facts it printed after each turn (its whole tree is gone by then)."""
+    proc = subprocess.Popen(
+        [PYTHON, str(RESUME_HOST), json.dumps({**spec, "end": "hang"})],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    facts: list[dict[str, Any]] = []
+    try:
+        assert proc.stdout is not None
+        for _ in range(turns):
+            line = proc.stdout.readline()
+            assert line, "the first host did not finish its turn"
+            facts.append(json.loads(line))
+    finally:
+        last = facts[-1] if facts else {}
+        fds = pidfds([last.get("child") or 0, last.get("keeper") or 0])
+        proc.kill()
+        proc.wait(timeout=GONE_WITHIN)
+        assert wait_gone(fds, GONE_WITHIN) == []
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert tagged(facts[-1]["run_id"]) == []
+    return facts
+
+
+def exiting_host(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run ``spec``'s conversation in a host of its own that disposes its run and exits 0."""
+    done = subprocess.run(
+        [PYTHON, str(RESUME_HOST), json.dumps({**spec, "end": "exit"})],
+        capture_output=True,
+        text=True,
+        timeout=GONE_WITHIN * 5,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
