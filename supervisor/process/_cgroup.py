@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from signal import Signals
 
+from supervisor.process._confine import is_root, view_steps
 from supervisor.process._escapes import (
     CENSUS,
     cgroup_namespace,
@@ -67,6 +68,9 @@ log = logging.getLogger("supervisor")
 
 HOST_GROUP_PREFIX = "subagents-"
 RUN_LEAF_PREFIX = "run-"
+AGENT_GROUP = "agent"
+"""A root child's group, below each of its run's leaves: the limits are on the leaf, above
+the root of everything the child sees."""
 _HOST_GROUP = re.compile(r"^subagents-(\d+)-(\d+)$")
 _SAFE_TAG = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -247,9 +251,18 @@ class CgroupContainment:
         except BaseException:
             _remove_quietly(leaf)
             raise
-        return CgroupEnclosure(
+        enclosure = CgroupEnclosure(
             leaf, cgroups, run_tag, namespace=namespace_prefix(), watch_escapes=escape_possible()
         )
+        if is_root():  # a root child's limits go where it cannot write them: on a group above its own
+            try:
+                for group in enclosure.leaves:
+                    (group / AGENT_GROUP).mkdir()
+            except BaseException:
+                enclosure.release()
+                raise
+            enclosure.below = AGENT_GROUP
+        return enclosure
 
 
 def _own_children() -> list[int]:
@@ -312,18 +325,36 @@ class CgroupEnclosure:
         self._root: int | None = None
         self._released = False
         self._usage: Usage | None = None
+        self.below = ""
+        """The group below each leaf the child enters (a root child's), or ``""``: the leaves."""
 
     @property
     def leaves(self) -> tuple[Path, ...]:
         """Every group of the run: the v2 leaf, then its v1 leaves."""
         return (self.leaf, *self.cgroups.v1_leaves)
 
+    @property
+    def entered(self) -> tuple[Path, ...]:
+        """The groups the child enters: the leaves, or the group below each of them."""
+        return tuple(leaf / self.below if self.below else leaf for leaf in self.leaves)
+
     def command(self, argv: Sequence[str]) -> list[str]:
-        """The shim enters the run's leaves, then (where it can) starts the program in a cgroup
+        """The shim enters the run's groups, then (where it can) starts the program in a cgroup
         namespace rooted at them."""
         return entry_command(
-            [leaf / "cgroup.procs" for leaf in self.leaves], [*self._namespace_prefix, *argv]
+            [group / "cgroup.procs" for group in self.entered], [*self._namespace_prefix, *argv]
         )
+
+    def shim_steps(self) -> list[str]:
+        """The same for the confining shim (``_shim.py``): enter the groups, then a cgroup
+        namespace; for a root child also a mount namespace in which every cgroup mount shows
+        its own group (or nothing)."""
+        steps = [f"procs={group / 'cgroup.procs'}" for group in self.entered]
+        if self.below:
+            steps += ["ns=cgroup,mount", *view_steps(self.entered)]
+        elif self._namespace_prefix:
+            steps.append("ns=cgroup")
+        return steps
 
     # -- limits and accounting ---------------------------------------------------------
 

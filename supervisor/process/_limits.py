@@ -456,6 +456,18 @@ def _stat_value(path: Path, key: str) -> int | None:
     return None
 
 
+def _subtree_sum(group: Path, name: str, key: str) -> int:
+    """``key`` of ``name`` summed over ``group`` and the groups below it.
+
+    cgroup v1 counts an out-of-memory kill in the victim's own group and a refused fork
+    in the forking one (neither is passed up): a root child sits in a group below its
+    run's leaf, and a nested supervisor makes more."""
+    total = 0
+    for directory, _dirs, _files in os.walk(group):
+        total += _stat_value(Path(directory) / name, key) or 0
+    return total
+
+
 def _number(path: Path) -> int | None:
     text = (_read(path) or "").strip()
     if text.isdigit():
@@ -601,7 +613,7 @@ class RunCgroups:
         leaf = self.leaves[MEMORY]
         if self._version(MEMORY) == 2:
             return _stat_value(leaf / "memory.events", "oom_kill") or 0
-        return _stat_value(leaf / "memory.oom_control", "oom_kill") or 0
+        return _subtree_sum(leaf, "memory.oom_control", "oom_kill")
 
     def refused_forks(self) -> int:
         """Forks in the run's tree the kernel refused (any limit's)."""
@@ -610,7 +622,9 @@ class RunCgroups:
         leaf = self.leaves[PIDS]
         if self._version(PIDS) == 2 and (leaf / "pids.events.local").exists():
             return _stat_value(leaf / "pids.events.local", "max") or 0
-        return _stat_value(leaf / "pids.events", "max") or 0
+        if self._version(PIDS) == 2:
+            return _stat_value(leaf / "pids.events", "max") or 0
+        return _subtree_sum(leaf, "pids.events", "max")
 
     def hit(self) -> KernelHit | None:
         """The limit the kernel enforced on the run, if any: an out-of-memory kill first,

@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import enum
 import errno
+import functools
 import logging
 import os
 import shutil
 import signal
+import tempfile
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,15 @@ from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
 from supervisor._public import home
+from supervisor.process._confine import (
+    Confinement,
+    is_root,
+    landlock_steps,
+    program_prefixes,
+    root_steps,
+    shim_command,
+    view_steps,
+)
 from supervisor.process._containment import Containment, Enclosure, containment_for
 from supervisor.process._cwd import spawn_cwd
 from supervisor.process._env import HOST_TAG_VARIABLE
@@ -100,6 +111,10 @@ class SpawnSpec:
     containment: Containment = field(default_factory=containment_for)
     eof_grace: float = DEFAULT_EOF_GRACE_SECONDS
     limits: Limits = NO_LIMITS
+    confinement: Confinement | None = None
+    """Landlock confinement (``confine = true``); None: the child may touch what its user may."""
+    keep_capabilities: frozenset[str] = frozenset()
+    """A root child keeps these capabilities beyond the default set (``_confine``)."""
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -205,6 +220,7 @@ class ManagedProcess:
         self._stderr_tail_size = 0
         self._force_kill = False
         self._grace_scope: anyio.CancelScope | None = None
+        self._tmpdir: Path | None = None
 
     # -- spawn -------------------------------------------------------------------------
 
@@ -225,7 +241,15 @@ class ManagedProcess:
             raise EnclosureFailed(f"could not enclose the run: {exc!r}") from exc
         if enclosure.mode == "process-tree" and spec.subreaper:
             set_subreaper(True)
-        argv = _command(spec, enclosure)
+        tmpdir = _private_tmpdir(spec, enclosure)
+        env = {**spec.env, HOST_TAG_VARIABLE: str(this_host())}
+        if tmpdir is not None:
+            env["TMPDIR"] = str(tmpdir)
+        try:
+            argv = _command(spec, enclosure, tmpdir)
+        except BaseException:
+            _release(enclosure, tmpdir)
+            raise
         stderr: int | None = {
             StderrMode.INHERIT: None,
             StderrMode.LOG: asyncio.subprocess.PIPE,
@@ -242,12 +266,12 @@ class ManagedProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=stderr,
                 cwd=spawn_cwd(spec.cwd),  # the directory held, when the workspace was pinned
-                env={**spec.env, HOST_TAG_VARIABLE: str(this_host())},
+                env=env,
                 start_new_session=True,
-                preexec_fn=None if pdeathsig_argv() else pdeathsig_preexec(),
+                preexec_fn=None if pdeathsig_argv() or _shimmed(spec) else pdeathsig_preexec(),
             )
         except (OSError, ValueError) as exc:
-            enclosure.release()
+            _release(enclosure, tmpdir)
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
@@ -257,6 +281,7 @@ class ManagedProcess:
         # optional: an enclosure that wants to look at the program once it runs (its namespace)
         protocol.on_first_output = getattr(enclosure, "program_running", None)
         managed = cls(proc, spec, protocol, enclosure)
+        managed._tmpdir = tmpdir
         task_group.start_soon(managed._watch_exit, exited)
         task_group.start_soon(enclosure.watch)
         if proc.stderr is not None:
@@ -420,7 +445,10 @@ class ManagedProcess:
                 return self._finish(ladder, "tree_exited")
             return self._finish(ladder, "kill_wait_expired")
         finally:
+            tmpdir, self._tmpdir = self._tmpdir, None
             self._enclosure.release()
+            if tmpdir is not None:  # off the loop: the agent may have left a large tree there
+                await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, tmpdir, ignore_errors=True))
 
     def _finish(self, ladder: TeardownLadder, event: str) -> TeardownReport:
         rung = ladder.rung
@@ -496,13 +524,51 @@ class ManagedProcess:
         return await self._look()
 
 
-def _command(spec: SpawnSpec, enclosure: Enclosure) -> list[str]:
+def _shimmed(spec: SpawnSpec) -> bool:
+    """Whether the confining shim starts this child (it sets the parent-death signal itself)."""
+    return spec.confinement is not None or is_root()
+
+
+def _command(spec: SpawnSpec, enclosure: Enclosure, tmpdir: Path | None) -> list[str]:
     """The argv actually spawned: the program, wrapped by whatever must run before it.
 
-    The one place where prefixes are composed: the containment's entry shim, then the
-    parent-death signal (``setpriv``), then the program.
+    The one place where prefixes are composed.  A plain child: the containment's entry
+    shim, then the parent-death signal (``setpriv``), then the program.  A confined or
+    root child: the confining shim (``_shim.py``) does all of it in one process (enter
+    the groups, the namespaces and cgroup view, the bounding set, the parent-death
+    signal, Landlock), then becomes the program.
     """
-    return enclosure.command([*pdeathsig_argv(), *spec.argv])
+    if not _shimmed(spec):
+        return enclosure.command([*pdeathsig_argv(), *spec.argv])
+    steps = root_steps(spec.keep_capabilities)
+    steps.append(f"pdeathsig={os.getpid()}")
+    if spec.confinement is not None:
+        assert tmpdir is not None
+        prefixes = program_prefixes(spec.argv[0], spec.env.get("PATH"))
+        steps += landlock_steps(spec.confinement, tmpdir=tmpdir, program_dirs=prefixes)
+    entry = getattr(enclosure, "shim_steps", None)
+    if entry is not None:  # the shim enters the groups too
+        return shim_command([*entry(), *steps], spec.argv)
+    if enclosure.mode == "process-tree" and is_root():  # no group of its own: no cgroup mount to see
+        steps = ["ns=mount", *view_steps(None), *steps]
+    return enclosure.command(shim_command(steps, spec.argv))
+
+
+def _private_tmpdir(spec: SpawnSpec, enclosure: Enclosure) -> Path | None:
+    """A confined run's own ``TMPDIR`` (the only temporary folder it may write), removed with it."""
+    if spec.confinement is None:
+        return None
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"subagent-{spec.run_tag[:12]}-"))
+    except OSError as exc:
+        enclosure.release()
+        raise EnclosureFailed(f"could not make the run's TMPDIR: {exc!r}") from exc
+
+
+def _release(enclosure: Enclosure, tmpdir: Path | None) -> None:
+    enclosure.release()
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _check_program(spec: SpawnSpec) -> None:

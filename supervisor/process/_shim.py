@@ -1,0 +1,218 @@
+"""The confining spawn shim: what a child becomes before the agent's first instruction.
+
+Run as ``python -I -S _shim.py STEP... -- PROGRAM ARGS...`` (isolated, no ``site``:
+stdlib only, nothing of the supervisor is imported, so it starts in a few
+milliseconds and reads no file of the user's).  It does, in this order, what its
+steps say, then ``execve``\\s the program in the same process (the pid the supervisor
+spawned is the agent's):
+
+``procs=PATH``
+    enter a cgroup (write this pid into ``PATH``, a ``cgroup.procs``); v2 leaf first.
+``ns=cgroup`` / ``ns=cgroup,mount``
+    a cgroup namespace rooted at the groups just entered (and a private mount namespace).
+``view=KIND:OPTIONS:POINT``
+    in the private mount namespace, the host's mount at ``POINT`` is detached, and in its
+    place: ``cgroup2`` (a fresh mount of the v2 hierarchy: its root is the run's own
+    group), ``cgroup`` (the same for the v1 hierarchy of controllers ``OPTIONS``), or
+    ``hide`` (nothing).
+``drop=N,N,...``
+    remove these capabilities from the bounding set (and clear the inheritable and
+    ambient sets), so that the program, though root, never has them.
+``pdeathsig=PPID``
+    ``PR_SET_PDEATHSIG(SIGKILL)``; if the parent ``PPID`` is already gone, die now.
+``landlock=HANDLED:SCOPED`` then ``rule=RIGHTS:PATH``...
+    no new privileges, then a Landlock ruleset handling the file-system rights
+    ``HANDLED`` (and the scopes ``SCOPED``), a rule per path, and ``restrict_self``.
+    A path that does not exist grants nothing and is skipped; ``.`` is the working
+    directory the child was started in (the workspace, as opened by the kernel).
+
+Any step that fails ends the shim with status 125 before the program runs, with one
+line on stderr naming the step and the errno (no child text exists yet).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_SYS_LANDLOCK_CREATE_RULESET = 444
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_MNT_DETACH = 2
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_NOEXEC = 8
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_CAPABILITY_VERSION_3 = 0x20080522
+# The rights Landlock accepts on a rule for a file that is not a directory.
+_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
+
+
+class _Failed(Exception):
+    pass
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = (
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    )
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, step: str) -> int:
+    if result < 0:
+        raise _Failed(f"{step}: errno {ctypes.get_errno()}")
+    return result
+
+
+def _enter(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"%d\n" % os.getpid())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _Failed(f"entering a cgroup: errno {exc.errno}") from None
+
+
+def _unshare(what: str) -> None:
+    flags = 0
+    for name in what.split(","):
+        flags |= {"cgroup": _CLONE_NEWCGROUP, "mount": _CLONE_NEWNS}[name]
+    _check(_libc.unshare(flags), "unshare")
+    if flags & _CLONE_NEWNS:  # nothing mounted here may reach the machine's mount table
+        _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+
+
+def _view(spec: str) -> None:
+    kind, options, point = spec.split(":", 2)
+    target = os.fsencode(point)
+    # Off first (the kernel refuses a cgroup mount on the root of a mount of the same
+    # hierarchy), and nothing of the host's mount stays underneath to be uncovered.
+    _check(_libc.umount2(target, _MNT_DETACH), f"unmounting the host's {kind} mount")
+    if kind != "hide":
+        data = os.fsencode(options) if options else None
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        _check(_libc.mount(kind.encode(), target, kind.encode(), flags, data), f"mounting the {kind} view")
+
+
+def _drop(numbers: str) -> None:
+    dropped = [int(n) for n in numbers.split(",") if n]
+    for cap in dropped:
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping a capability")
+    _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient capabilities")
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), data), "capget")
+    if data[0].inheritable or data[1].inheritable:  # inheritable bits would outlive the bounding set
+        data[0].inheritable = data[1].inheritable = 0
+        _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _pdeathsig(parent: str) -> None:
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0), "PR_SET_PDEATHSIG")
+    if os.getppid() != int(parent):  # the supervisor died before the signal was armed
+        os.kill(os.getpid(), 9)
+
+
+def _landlock(handled: str, rules: list[str]) -> None:
+    fs, _, scoped = handled.partition(":")
+    attr = _RulesetAttr(int(fs), 0, int(scoped or 0))
+    size = ctypes.sizeof(attr) if attr.scoped else 8  # an older kernel takes the first field only
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+    ruleset = _check(
+        _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0), "landlock ruleset"
+    )
+    try:
+        for rule in rules:
+            rights_text, _, path = rule.partition(":")
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # nothing there: nothing granted
+            try:
+                rights = int(rights_text)
+                if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                    rights &= _FILE_RIGHTS
+                beneath = _PathBeneath(rights, fd)
+                if rights:
+                    _check(
+                        _libc.syscall(
+                            _SYS_LANDLOCK_ADD_RULE,
+                            ruleset,
+                            _LANDLOCK_RULE_PATH_BENEATH,
+                            ctypes.byref(beneath),
+                            0,
+                        ),
+                        "landlock rule",
+                    )
+            finally:
+                os.close(fd)
+        _check(_libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def main(args: list[str]) -> None:
+    split = args.index("--")
+    steps, argv = args[:split], args[split + 1 :]
+    rules = [step[5:] for step in steps if step.startswith("rule=")]
+    try:
+        for step in steps:
+            key, _, value = step.partition("=")
+            if key == "procs":
+                _enter(value)
+            elif key == "ns":
+                _unshare(value)
+            elif key == "view":
+                _view(value)
+            elif key == "drop":
+                _drop(value)
+            elif key == "pdeathsig":
+                _pdeathsig(value)
+            elif key == "landlock":
+                _landlock(value, rules)
+    except _Failed as exc:
+        os.write(2, f"subagent spawn shim: {exc}\n".encode())
+        os._exit(125)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"subagent spawn shim: exec: errno {exc.errno}\n".encode())
+        os._exit(126 if exc.errno != 2 else 127)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
