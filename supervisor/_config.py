@@ -22,11 +22,15 @@ from supervisor._public import home
 from supervisor.process import (
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_STDERR_TAIL_BYTES,
+    Confinement,
+    ConfinementUnavailable,
     ContainmentMode,
     ContainmentUnavailable,
     CwdError,
     Limits,
     StderrMode,
+    capability_name,
+    check_confinement,
     check_containment,
     check_cpu,
     check_pids,
@@ -147,6 +151,17 @@ class ProviderConfig(BaseModel):
     """A turn's wall time, from spawn (or send) to settlement."""
     stall_timeout_ms: float | None = None
     """How long the child may write nothing on stdout while its whole tree uses no CPU."""
+    # Confinement (SPEC section 22), in this order: the paths' checks read ``confine``.
+    confine: bool = False
+    """The run's tree may write only in its workspace, its own TMPDIR and ``writable``, and
+    read only the system, the workspace and ``readable`` (Landlock; an error where the
+    kernel cannot enforce it)."""
+    writable: list[Path] = Field(default_factory=list)
+    """Folders (or files) a confined run may also write: an agent's own state folders."""
+    readable: list[Path] = Field(default_factory=list)
+    """Folders (or files) a confined run may also read and execute."""
+    keep_capabilities: list[str] = Field(default_factory=list)
+    """Capabilities a root child keeps beyond the default set (``net_raw``, ``sys_ptrace``...)."""
 
     @field_validator("containment")
     @classmethod
@@ -201,6 +216,47 @@ class ProviderConfig(BaseModel):
             _check_enforceable(info.field_name, info.data["containment"], info.data.get("cgroup_root"))
         return value
 
+    @field_validator("confine")
+    @classmethod
+    def _confinable(cls, value: bool) -> bool:
+        """``confine = true`` that this kernel cannot enforce is an error now, never an open run."""
+        if value:
+            try:
+                check_confinement()
+            except ConfinementUnavailable as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("writable", "readable", mode="before")
+    @classmethod
+    def _confined_paths(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or value == []:
+            return []
+        if not isinstance(value, list):
+            raise ValueError("must be a list of paths")
+        if not info.data.get("confine"):
+            raise ValueError("has effect only with confine = true")
+        base = (info.context or {}).get("base_dir")
+        paths = []
+        for item in value:
+            if not isinstance(item, str | os.PathLike) or not str(item).strip() or "\0" in str(item):
+                raise ValueError("must be a list of paths")
+            path = Path(item).expanduser()
+            if not path.is_absolute():
+                if base is None:
+                    raise ValueError(f"a relative path needs a base directory: {item}")
+                path = Path(base) / path
+            path = Path(os.path.normpath(path))
+            if not path.exists():
+                raise ValueError(f"does not exist: {path}")
+            paths.append(path)
+        return paths
+
+    @field_validator("keep_capabilities")
+    @classmethod
+    def _capabilities(cls, value: list[str]) -> list[str]:
+        return sorted({capability_name(name) for name in value})
+
     @field_validator("cwd", mode="before")
     @classmethod
     def _resolve_cwd(cls, value: Any, info: ValidationInfo) -> Any:
@@ -233,6 +289,13 @@ class ProviderConfig(BaseModel):
     def limits(self) -> Limits:
         """The kernel limits of a run (memory, processes, CPU)."""
         return Limits(memory_max=self.memory_max, pids_max=self.pids_max, cpu_max=self.cpu_max)
+
+    @property
+    def confinement(self) -> Confinement | None:
+        """The run's Landlock policy, or None (``confine = false``)."""
+        if not self.confine:
+            return None
+        return Confinement(writable=tuple(self.writable), readable=tuple(self.readable))
 
     @property
     def idle_timeout(self) -> float:

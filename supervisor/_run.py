@@ -637,6 +637,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
             containment=self.tree,
             eof_grace=config.eof_grace,
             limits=config.limits,
+            confinement=config.confinement,
+            keep_capabilities=frozenset(config.keep_capabilities),
         )
 
     async def spawn_child(

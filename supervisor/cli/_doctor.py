@@ -1,7 +1,8 @@
 """``subagents doctor``: what this machine and this install can do, one line per fact.
 
 The lines: the containment available (and why cgroup mode is not), the limits this
-host can enforce and how (``supervisor._host_limits``), the kernel,
+host can enforce and how (``supervisor._host_limits``), ``confine`` (the Landlock ABI, or
+why not) and what a root child keeps, the kernel,
 Python, which package the import name ``supervisor`` is, the child subreaper, one
 line per installed provider kind (its own readiness check), and a real run of the
 example agent.  The status is 0 when that run completed: the base install works here.
@@ -27,7 +28,7 @@ from supervisor._registry import build_run
 from supervisor._seam import StopReason, SubagentRequest
 from supervisor._sequence import supervise
 from supervisor._version import DISTRIBUTION, package_version
-from supervisor.process import detect_containment
+from supervisor.process import confinement_lines, detect_containment
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -120,6 +121,8 @@ def doctor(write: Callable[[str], object]) -> int:
     """Print the facts through ``write``; 0 when the example agent ran to completion."""
     write(containment_line())
     for line in host_limit_lines():
+        write(line)
+    for line in confinement_lines():
         write(line)
     write(f"kernel: {platform.system()} {os.uname().release}")
     write(f"python: {platform.python_version()} ({sys.executable})")

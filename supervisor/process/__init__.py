@@ -7,6 +7,11 @@ from __future__ import annotations
 from supervisor.process._cgroup import CgroupContainment as CgroupContainment
 from supervisor.process._cgroup import host_group_name as host_group_name
 from supervisor.process._cgroup import parse_host_group as parse_host_group
+from supervisor.process._confine import Confinement as Confinement
+from supervisor.process._confine import ConfinementUnavailable as ConfinementUnavailable
+from supervisor.process._confine import capability_name as capability_name
+from supervisor.process._confine import check_confinement as check_confinement
+from supervisor.process._confine import confinement_lines as confinement_lines
 from supervisor.process._containment import Containment as Containment
 from supervisor.process._containment import ContainmentMode as ContainmentMode
 from supervisor.process._containment import ContainmentUnavailable as ContainmentUnavailable

@@ -3,8 +3,9 @@ must keep, and reports what happened.
 
 ``probe.py '<json>'``: the JSON names the places to try (``secret``: a file to read,
 ``outside``: a folder to write in, ``writable``: a folder granted, ``readable``: a file
-granted for reading, ``outside_file``: a file to truncate).  It prints one line,
-``{"pid": ..., "results": {name: "ok" | errno name | value}}``, then waits for EOF.
+granted for reading, ``outside_file``: a file to truncate; ``allocate_mb``: after the report, allocate that much).
+It prints one line, ``{"pid": ..., "results": {name: "ok" | errno name | value}}``, then
+waits for EOF.
 
 Everything here runs as the agent would: after the spawn shim, before nothing else.
 """
@@ -59,16 +60,29 @@ def cgroup_mounts() -> dict[str, str]:
     return found
 
 
+def make_groups(root: Path, count: int) -> None:
+    for i in range(count):
+        (root / f"g{i}").mkdir()
+
+
 def cgroup_attacks(results: dict[str, str]) -> None:
     """What the third release's root child did: write the cgroup root it sees, make groups there,
     raise its own limits."""
-    v2 = next((p for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(p, "cgroup.procs").exists()), None)
-    results["v2_view_procs"] = attempt(lambda: " ".join(Path(v2 or "/nonexistent", "cgroup.procs").read_text().split()))
+    v2 = next(
+        (p for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(p, "cgroup.procs").exists()), None
+    )
+    results["v2_view_procs"] = attempt(
+        lambda: " ".join(Path(v2 or "/nonexistent", "cgroup.procs").read_text().split())
+    )
     results["v2_view_has_agent_group_above"] = str(Path(v2 or "/", "..", "agent").exists())
-    results["write_max_descendants"] = attempt(lambda: write(Path(v2 or "/nonexistent", "cgroup.max.descendants"), "50"))
-    results["make_groups"] = attempt(lambda: [Path(v2 or "/nonexistent", f"g{i}").mkdir() for i in range(20)] and None)
+    results["write_max_descendants"] = attempt(
+        lambda: write(Path(v2 or "/nonexistent", "cgroup.max.descendants"), "50")
+    )
+    results["make_groups"] = attempt(lambda: make_groups(Path(v2 or "/nonexistent"), 20))
     results["raise_memory_v2"] = attempt(lambda: write(Path(v2 or "/nonexistent", "memory.max"), "max"))
-    results["raise_memory_v1"] = attempt(lambda: write(Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "-1"))
+    results["raise_memory_v1"] = attempt(
+        lambda: write(Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "-1")
+    )
     results["raise_pids_v1"] = attempt(lambda: write(Path("/sys/fs/cgroup/pids/pids.max"), "max"))
     results["see_devices_v1"] = str(Path("/sys/fs/cgroup/devices/devices.allow").exists())
     results["see_release_agent"] = str(
@@ -110,11 +124,19 @@ def main() -> None:
         "cap_bnd": status("CapBnd"),
         "cap_eff": status("CapEff"),
         "no_new_privs": status("NoNewPrivs"),
-        "cgroup": next(line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::"),
+        "cgroup": next(
+            line for line in Path("/proc/self/cgroup").read_text().splitlines() if line[:3] == "0::"
+        ),
     }
     cgroup_attacks(results)
     file_attacks(places, results)
     print(json.dumps({"pid": os.getpid(), "results": results}), flush=True)
+    if places.get("allocate_mb"):  # past the limits it just tried to raise
+        held = []
+        for _ in range(int(places["allocate_mb"])):
+            held.append(bytearray(1 << 20))
+            held[-1][::4096] = b"x" * len(held[-1][::4096])
+        sys.exit(3)  # the kernel should have ended it before
     while sys.stdin.buffer.read(65536):
         pass
 
