@@ -295,11 +295,14 @@ async def test_a_root_child_is_not_the_machines_root(places: dict[str, Any], tas
     assert made == sorted(f"g{i}" for i in range(20))
     assert results["see_devices_v1"] == "False"  # no group of its own there: hidden
     assert results["see_release_agent"] == "False"
+    assert results["write_core_pattern"] == "EROFS"
     assert results["mount"] == "EPERM"
     assert results["umount_view"] == "EPERM"
     assert results["unshare"] == "EPERM"
     assert results["host_root_via_proc1"] == "EACCES"
     assert results["parent_environ"] == "EACCES"
+    assert results["write_core_pattern"] == "EROFS"
+    assert results["write_sys"] in ("EROFS", "ENOENT")
     assert not enclosure.leaf.exists()  # its groups went with the run
 
 
@@ -348,3 +351,4 @@ async def test_a_root_child_in_process_tree_mode_sees_no_cgroup_mount(
     assert results["v2_view_procs"] == "ENOENT"
     assert results["write_max_descendants"] == "ENOENT"
     assert results["see_release_agent"] == "False"
+    assert results["write_core_pattern"] == "EROFS"

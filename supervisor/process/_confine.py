@@ -262,11 +262,19 @@ def _controller_names() -> frozenset[str]:
     return frozenset(line.split()[0] for line in text.splitlines() if line and not line.startswith("#"))
 
 
+READ_ONLY = ("/sys", "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+"""Read-only in a root child's mount namespace (as a container runtime mounts them): a root
+user writes the kernel's settings there (``kernel.core_pattern`` runs a program as the
+host's root; ``/sys/kernel/uevent_helper`` too)."""
+
+
 def view_steps(groups: Sequence[Path] | None) -> list[str]:
     """The shim's ``view=`` steps: each cgroup mount shows the run's own group (a fresh mount
     made in its cgroup namespace) where ``groups`` (the groups it enters) has one in that
-    hierarchy, and is hidden otherwise (``groups`` None: process-tree, hide them all)."""
-    steps = []
+    hierarchy, and is hidden otherwise (``groups`` None: process-tree, hide them all).
+    First, :data:`READ_ONLY` goes read-only (the fresh cgroup mounts stay writable: the
+    child may make groups below its own)."""
+    steps = [f"ro={path}" for path in READ_ONLY]
     for point, kind, options in _mounts():
         inside = groups is not None and any(
             group == Path(point) or Path(point) in group.parents for group in groups

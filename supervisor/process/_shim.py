@@ -10,6 +10,9 @@ spawned is the agent's):
     enter a cgroup (write this pid into ``PATH``, a ``cgroup.procs``); v2 leaf first.
 ``ns=cgroup`` / ``ns=cgroup,mount``
     a cgroup namespace rooted at the groups just entered (and a private mount namespace).
+``ro=PATH``
+    in the private mount namespace, ``PATH`` and every mount below it read-only (a bind
+    mount of it onto itself first where it is not a mount point).
 ``view=KIND:OPTIONS:POINT``
     in the private mount namespace, the host's mount at ``POINT`` is detached, and in its
     place: ``cgroup2`` (a fresh mount of the v2 hierarchy: its root is the run's own
@@ -43,6 +46,11 @@ _LANDLOCK_RULE_PATH_BENEATH = 1
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
 _MNT_DETACH = 2
+_MS_BIND = 4096
+_SYS_MOUNT_SETATTR = 442
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_MOUNT_ATTR_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_NOEXEC = 8
@@ -73,6 +81,15 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1
     _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
 
 
 class _CapHeader(ctypes.Structure):
@@ -126,6 +143,16 @@ def _view(spec: str) -> None:
         data = os.fsencode(options) if options else None
         flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         _check(_libc.mount(kind.encode(), target, kind.encode(), flags, data), f"mounting the {kind} view")
+
+
+def _read_only(point: str) -> None:
+    target = os.fsencode(point)
+    if not os.path.exists(point):
+        return
+    _check(_libc.mount(target, target, None, _MS_BIND | _MS_REC, None), "binding a read-only path")
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    result = _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, target, _AT_RECURSIVE, ctypes.byref(attr), 32)
+    _check(result, "making a path read-only")
 
 
 def _drop(numbers: str) -> None:
@@ -196,6 +223,8 @@ def main(args: list[str]) -> None:
                 _enter(value)
             elif key == "ns":
                 _unshare(value)
+            elif key == "ro":
+                _read_only(value)
             elif key == "view":
                 _view(value)
             elif key == "drop":

@@ -60,6 +60,14 @@ def cgroup_mounts() -> dict[str, str]:
     return found
 
 
+def rewrite(path: Path, *, picked: bool = False) -> None:
+    """Write a setting back as it is (``picked``: the bracketed word of a choice list)."""
+    value = path.read_text().strip()
+    if picked:
+        value = value.split("[", 1)[1].split("]", 1)[0]
+    path.write_text(value + "\n")
+
+
 def make_groups(root: Path, count: int) -> None:
     for i in range(count):
         (root / f"g{i}").mkdir()
@@ -91,6 +99,11 @@ def cgroup_attacks(results: dict[str, str]) -> None:
     results["mount"] = attempt(lambda: libc_call("mount", b"none", b"/mnt", b"cgroup2", 0, None))
     results["umount_view"] = attempt(lambda: libc_call("umount2", (v2 or "/").encode(), 2))
     results["unshare"] = attempt(lambda: libc_call("unshare", _CLONE_NEWNS | _CLONE_NEWCGROUP))
+    # the kernel's settings, written with the value they have (harmless if the write went through)
+    results["write_core_pattern"] = attempt(lambda: rewrite(Path("/proc/sys/kernel/core_pattern")))
+    results["write_sys"] = attempt(
+        lambda: rewrite(Path("/sys/kernel/mm/transparent_hugepage/defrag"), picked=True)
+    )
     results["host_root_via_proc1"] = attempt(lambda: os.listdir("/proc/1/root/sys/fs/cgroup"))
 
 
