@@ -40,10 +40,10 @@ from supervisor.process import (
     ManagedProcess,
     SpawnSpec,
     StderrMode,
+    _managed,
     child_environment,
     containment_for,
 )
-from supervisor.process import _managed
 from supervisor.process._confine import Confinement, is_root, landlock_support
 from supervisor.providers.acp import EXAMPLE_AGENT
 
@@ -77,8 +77,8 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
         containment=containment_for(ContainmentMode.AUTO),
         confinement=Confinement(readable=(REPO,)) if confine else None,
     )
-    real: Callable[[], bool] = _managed.is_root
-    _managed.is_root = (lambda: hardened) if not hardened else real  # type: ignore[attr-defined]
+    real: Callable[[], bool] = getattr(_managed, "is_root")  # noqa: B009
+    setattr(_managed, "is_root", real if hardened else lambda: False)  # noqa: B010
     try:
         async with anyio.create_task_group() as tg:
             started = time.perf_counter()
@@ -91,7 +91,7 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
             assert report.quiescent
             tg.cancel_scope.cancel()
     finally:
-        _managed.is_root = real  # type: ignore[attr-defined]
+        setattr(_managed, "is_root", real)  # noqa: B010
     return elapsed
 
 
@@ -101,8 +101,8 @@ async def main() -> None:
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as workspace:
         cwd = Path(workspace)
-        for child, argv in CHILDREN.items():  # warm every path once (bytecode, the page cache)
-            for name, (hardened, confine) in variants().items():
+        for argv in CHILDREN.values():  # warm every path once (bytecode, the page cache)
+            for hardened, confine in variants().values():
                 await spawn_to_initialize(argv, cwd, hardened=hardened, confine=confine)
         for _ in range(ROUNDS):
             for child, argv in CHILDREN.items():
