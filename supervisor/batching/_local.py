@@ -32,6 +32,8 @@ from supervisor.batching._jobs import (
     Resolver,
     run_job,
 )
+from supervisor.journal import Journal
+from supervisor.journal import _switch as _journal
 
 # -- the batch -------------------------------------------------------------------------
 
@@ -133,14 +135,14 @@ async def batch(
     width = concurrency if concurrency is not None else (os.cpu_count() or 1)
     if width < 1:
         raise ValueError("concurrency must be at least 1")
-    local = _local(source, width, abort, events)
+    local = _local(source, width, abort, events, registry.journal)
     async with contextlib.aclosing(local):  # type: ignore[type-var]
         async for outcome in local:
             yield outcome
 
 
 async def _local(
-    source: _Source, width: int, abort: AbortSignal, events: BatchEvents
+    source: _Source, width: int, abort: AbortSignal, events: BatchEvents, journal: Journal | None
 ) -> AsyncIterator[Outcome]:
     send, receive = anyio.create_memory_object_stream[Outcome](max_buffer_size=width)
 
@@ -152,7 +154,8 @@ async def _local(
                     continue
                 events.started(item.id)
                 try:
-                    record = await run_job(item, abort, live=events.live)
+                    with _journal.using(journal):  # the registry's journal, if it has one
+                        record = await run_job(item, abort, live=events.live)
                 except ProviderUnusable as exc:  # a plug-in whose run cannot be built: one line
                     await out.send(BatchError(id=item.id, error=str(exc)))
                     continue

@@ -202,7 +202,7 @@ class RunJournal:
         self._started = getattr(getattr(run, "audit", None), "started_at", self._started)
         host, pid, host_start = host_identity()
         now = time.time()
-        turns_before = max(run.turn - 1, 0)
+        turns_before = run.turn if getattr(run, "resuming", False) else 0
         self._journal.write(
             _BEGIN,
             (
@@ -221,7 +221,8 @@ class RunJournal:
                 turns_before,
             ),
         )
-        self._journal.write(_INTERRUPTED_TURNS, (run.id,))
+        if getattr(run, "resuming", False):  # the turn its dead host left running is interrupted
+            self._journal.write(_INTERRUPTED_TURNS, (run.id,))
         pending, self._pending = self._pending, []
         for entry, at in pending:
             self._audit(entry, at)

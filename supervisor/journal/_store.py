@@ -2,9 +2,9 @@
 
 Why a thread: SQLite calls block, and a batch of 10,000 runs writes tens of thousands
 of rows.  Runs only put a statement on a queue (a few microseconds on the event loop);
-one daemon thread per journal takes whatever is queued, writes it in one ``BEGIN
-IMMEDIATE`` transaction and commits, again and again.  A row therefore reaches the file
-milliseconds after the fact it records, and each commit is atomic in WAL mode: a
+one daemon thread per journal takes whatever is queued within :data:`COALESCE` (50 ms),
+writes it in one ``BEGIN IMMEDIATE`` transaction and commits, again and again.  A row
+therefore reaches the file within about 50 ms of the fact it records, and each commit is atomic in WAL mode: a
 supervising process SIGKILLed at any moment leaves a journal that reads, holding every
 committed row (``synchronous = NORMAL`` loses nothing to a process crash; only a power
 loss may drop the last commits).
@@ -42,6 +42,7 @@ log = logging.getLogger("supervisor")
 BUSY_TIMEOUT_MS = 5000
 BUSY_PATIENCE = 120.0  # seconds a batch is retried while other writers hold the lock
 MAX_BATCH = 2000
+COALESCE = 0.05  # seconds: the longest a queued row waits for its commit
 
 Statement = tuple[str, Sequence[Any]]
 
@@ -227,11 +228,18 @@ class Journal:
             connection.close()
 
     def _writer(self) -> None:
-        while True:
-            item = self._queue.get()
+        """Commit what is queued, in transactions at most :data:`COALESCE` apart: a row
+        waits at most that long for its commit, and a batch of runs costs a few commits a
+        second instead of one per fact.  The thread sleeps between commits rather than
+        waking for every row, so the event loop rarely has to hand it the GIL."""
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is not None and not isinstance(first, threading.Event):
+                time.sleep(COALESCE)  # let the rows of this moment gather
             batch: list[Statement] = []
             markers: list[threading.Event] = []
-            stop = False
+            item: Statement | threading.Event | None = first
             while True:
                 if item is None:
                     stop = True
@@ -252,8 +260,6 @@ class Journal:
                     self._fail(exc)
             for marker in markers:
                 marker.set()
-            if stop:
-                return
 
     def _commit(self, batch: Sequence[Statement]) -> None:
         """The one write seam: ``batch`` in one transaction, or none of it."""
