@@ -114,6 +114,15 @@ def _create(
     return build_run(provider, request, trace=trace, session=session)
 
 
+def journaled_run(
+    provider: Provider, request: SubagentRequest, *, trace: TransitionSink | None = None
+) -> Run:
+    """:func:`build_run` for a front-end: a run of a kind that can resume, created while
+    a journal is in use, opens its session so that it can be resumed later
+    (``SessionPlan(keep=True)``)."""
+    return _create(provider, request, trace, _journal.keep_plan(provider))
+
+
 def _takes_session(provider: Provider) -> bool:
     try:
         parameters = inspect.signature(provider.create_run).parameters.values()
@@ -145,6 +154,7 @@ class Registry:
 
     def __init__(self, *, journal: Journal | str | os.PathLike[str] | None = None) -> None:
         self._providers: dict[str, Provider] = {}
+        self._own_journal = journal is not None and not isinstance(journal, Journal)
         self._journal: Journal | None = (
             journal if journal is None or isinstance(journal, Journal) else Journal(journal)
         )
@@ -169,6 +179,9 @@ class Registry:
         warm = self._warm
         if warm is not None:
             await warm.aclose()
+        if self._journal is not None:  # what is queued is committed (a journal opened here is closed)
+            journal = self._journal
+            await anyio.to_thread.run_sync(journal.close if self._own_journal else journal.flush)
 
     async def prestart(self, name: str, count: int, *, cwd: str | os.PathLike[str] | None = None) -> None:
         """Keep ``count`` warm children of provider ``name`` for runs in ``cwd`` (the
@@ -227,7 +240,7 @@ class Registry:
                 run = warm.take(key, provider, request, trace)
                 if run is not None:
                     return run
-        return build_run(provider, request, trace=trace)
+        return _create(provider, request, trace, _journal.keep_plan(provider))
 
     def register(self, provider: Provider) -> None:
         if provider.name in self._providers:
@@ -285,6 +298,40 @@ class Registry:
         run = self.create_run(name, request, trace=trace, session=session)
         await _start(run, task_group, abort, conversation)
         return run
+
+    @asynccontextmanager
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        abort: AbortSignal | None = None,
+        trace: TransitionSink | None = None,
+    ) -> AsyncIterator[Run]:
+        """Reopen a journaled conversation in a new child (a cold resume, SPEC 21): the
+        same provider, kind and config, in the same cwd, continuing the agent's own
+        session; ``async with`` like :meth:`run`.
+
+        The run keeps its id and is published idle without a turn: ``run.turn`` is the
+        last journaled turn's number (an interrupted turn counted, and never sent again),
+        the next ``send`` the one after.  Refused before anything spawns: a registry
+        without a journal, or a run id it does not hold (``InvalidRequest``); a run a live
+        process still holds (``InvalidRequest``); a provider no longer registered
+        (``NoProvider``), of another kind or configured differently
+        (``ConfigurationError``); a one-shot run, a run with no agent session id, or a
+        kind that cannot resume (``ConversationOver``, reason ``not resumable``).  An
+        agent that refuses the session is that ``ConversationOver`` too, after its child
+        was rolled back; a start that fails for another reason is a ``StartFailed`` and
+        the journal keeps the session id for another try.
+        """
+        from supervisor.journal._resume import plan_resume
+
+        if self._journal is None:
+            raise InvalidRequest("resuming a run needs a journal: Registry(journal=...)")
+        plan = plan_resume(self._journal, run_id, lookup=self.get, probe=build_run)
+        async with self.run(
+            plan.provider, plan.request, abort=abort, trace=trace, conversation=True, session=plan.session
+        ) as run:
+            yield run
 
     @asynccontextmanager
     async def run(

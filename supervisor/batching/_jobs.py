@@ -29,7 +29,7 @@ from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import SubagentError
 from supervisor._handle import Run
 from supervisor._public import home
-from supervisor._registry import Provider, Registry, build_run
+from supervisor._registry import Provider, Registry, journaled_run
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import CwdError, check_directory
@@ -288,7 +288,7 @@ async def run_job(
     A cancellation of the caller's scope is a local cancellation of the run: its tree is
     taken down (shielded) before the cancellation goes on.
     """
-    run = build_run(job.provider, job.request)
+    run = journaled_run(job.provider, job.request)
     live = live if live is not None else set()
     began = time.monotonic()
     live.add(run)

@@ -51,7 +51,7 @@ from supervisor._abort import AbortSignal
 from supervisor._consumers import headline
 from supervisor._errors import ConversationOver, StartAborted
 from supervisor._handle import Run
-from supervisor._registry import Registry, build_run
+from supervisor._registry import Registry, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
 from supervisor._turns import ConversationOutcome, converse
 from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan, run_document
@@ -215,7 +215,7 @@ class _Chat:
 
     async def _converse(self, first: str) -> ConversationOutcome:
         request = SubagentRequest(task=first, parent_cwd=self.plan.parent_cwd)
-        run = build_run(self.provider, request, trace=self._on_transition)
+        run = journaled_run(self.provider, request, trace=self._on_transition)
         self.run = run
         self.progress = _Progress(sys.stderr, enabled=not self.args.trace, stages=run.vocabulary.stages)
         self._begin_turn(1, starting=True)

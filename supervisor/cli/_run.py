@@ -25,7 +25,7 @@ from supervisor._config import MAX_TIMER_MS
 from supervisor._consumers import headline
 from supervisor._errors import StartAborted
 from supervisor._handle import Run
-from supervisor._registry import Registry, build_run
+from supervisor._registry import Registry, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.cli._config_file import Entry, load_file
@@ -253,7 +253,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
             sys.stderr.flush()
         progress.transition(entry)
 
-    run = build_run(provider, request, trace=on_transition)
+    run = journaled_run(provider, request, trace=on_transition)
     progress = _Progress(sys.stderr, enabled=not args.trace, stages=run.vocabulary.stages)
     abort = AbortSignal()
     interruption = _Interruption(runs=[run], say=progress.say)

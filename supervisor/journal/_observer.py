@@ -151,6 +151,11 @@ _START_FAILED = """
 UPDATE runs SET state = 'ended', stop_reason = ?, diagnostic = ?, quiescent = ?, ended_at = ?, updated_at = ?
 WHERE id = ?
 """
+_RESUME_FAILED = """
+UPDATE runs SET state = 'ended', end_reason = ?, diagnostic = coalesce(?, diagnostic), ended_at = ?,
+    updated_at = ?
+WHERE id = ?
+"""
 _END = """
 UPDATE runs SET state = ?, quiescent = ?, end_reason = ?, ended_at = ?, updated_at = ?, cpu_s = ?,
     memory_peak_bytes = ?, pids_peak = ?
@@ -266,14 +271,21 @@ class RunJournal:
         self._journal.write(_RUN_SETTLED, (str(result.stop_reason), result.diagnostic, run.turn, now, run.id))
 
     def start_failed(self, run: JournaledRun, error: BaseException) -> None:
-        from supervisor._errors import StartFailed
+        from supervisor._errors import ConversationOver, StartFailed
 
         now = time.time()
+        if getattr(run, "resuming", False):
+            # A resume that did not start: the journaled turns and the agent's session id
+            # stay as they were (the session may be resumed again); the run is not held.
+            reason = str(error.reason) if isinstance(error, ConversationOver) else None
+            diagnostic = error.diagnostic if isinstance(error, StartFailed) else None
+            self._journal.write(_RESUME_FAILED, (reason, diagnostic, now, now, run.id))
+            return
         if isinstance(error, StartFailed):
-            reason, diagnostic, quiescent = "error", error.diagnostic, int(error.quiescent)
+            stop, diagnostic, quiescent = "error", error.diagnostic, int(error.quiescent)
         else:  # aborted, or the caller's scope was cancelled: rolled back
-            reason, diagnostic, quiescent = "aborted", None, 1
-        self._journal.write(_START_FAILED, (reason, diagnostic, quiescent, now, now, run.id))
+            stop, diagnostic, quiescent = "aborted", None, 1
+        self._journal.write(_START_FAILED, (stop, diagnostic, quiescent, now, now, run.id))
         self._journal.write(_END_TURNS, (now, run.id))
 
     def end(self, run: JournaledRun) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from supervisor._seam import SessionPlan
 from supervisor.journal._observer import NOOP, RunJournal, RunObserver
 from supervisor.journal._store import Journal
 
@@ -37,6 +38,18 @@ def using(journal: Journal | None) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def keep_plan(provider: object) -> SessionPlan | None:
+    """``SessionPlan(keep=True)`` for a run created now of a kind that can resume, when it
+    is journaled: its session is opened so that it can be resumed after this process is
+    gone (a Codex thread is started non-ephemeral); else None."""
+    journal = current()
+    if journal is None or not journal.writing:
+        return None
+    if not getattr(getattr(provider, "capabilities", None), "resume", False):
+        return None
+    return SessionPlan(keep=True)
 
 
 def for_run() -> RunObserver:

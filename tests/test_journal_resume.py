@@ -1,0 +1,169 @@
+"""Cold resume from the journal (SPEC 21): ``Registry.resume``, ``subagents chat --resume`` and
+its refusals, with the built-in example agent keeping its sessions on disk (real processes)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from supervisor import (
+    ConfigurationError,
+    ConversationOver,
+    InvalidRequest,
+    Registry,
+    SubagentRequest,
+)
+from supervisor.journal._read import read_run
+from supervisor.providers.acp import Provider, example_agent_config
+from tests.test_journal import wait_children_gone
+
+
+def registry(journal: Path, sessions: Path, **keys: Any) -> Registry:
+    reg = Registry(journal=journal)
+    env = {"SUBAGENT_EXAMPLE_SESSIONS": str(sessions), **keys.pop("env", {})}
+    reg.register(Provider(example_agent_config(env=env, **keys)))
+    return reg
+
+
+def test_a_closed_conversation_is_resumed_in_a_new_child_under_its_run_id(tmp_path: Path) -> None:
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir()
+
+    async def first() -> str:
+        reg = registry(journal, sessions)
+        request = SubagentRequest(task="the blue door", parent_cwd=tmp_path)
+        async with reg, reg.run("acp", request, conversation=True) as run:
+            await run.result()
+        return run.id
+
+    async def second(run_id: str) -> tuple[int, str, int, str]:
+        reg = registry(journal, sessions)
+        async with reg, reg.resume(run_id) as run:
+            assert run.id == run_id
+            before, state = run.turn, run.state
+            result = await run.send("@recall")
+        return before, state, run.turn, result.output
+
+    run_id = anyio.run(first, backend="asyncio")
+    before, state, after, output = anyio.run(second, run_id, backend="asyncio")
+    assert (before, state, after) == (1, "idle", 2)
+    assert output == "Earlier in this session you asked: the blue door"
+    record = read_run(journal, run_id)
+    assert record is not None
+    assert (record.state, record.turns, record.resumes) == ("ended", 2, 1)
+    assert [(t.number, t.state, t.stop_reason) for t in record.turn_records] == [
+        (1, "settled", "completed"),
+        (2, "settled", "completed"),
+    ]
+    assert wait_children_gone() is None
+
+
+def run_async(function: Any, *args: Any) -> Any:
+    return anyio.run(function, *args, backend="asyncio")
+
+
+def journaled_conversation(tmp_path: Path, *, conversation: bool = True) -> tuple[Path, Path, str]:
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir(exist_ok=True)
+
+    async def first() -> str:
+        reg = registry(journal, sessions)
+        request = SubagentRequest(task="the blue door", parent_cwd=tmp_path)
+        async with reg, reg.run("acp", request, conversation=conversation) as run:
+            await run.result()
+        return run.id
+
+    return journal, sessions, run_async(first)
+
+
+def test_a_changed_config_is_refused_naming_the_provider(tmp_path: Path) -> None:
+    journal, sessions, run_id = journaled_conversation(tmp_path)
+
+    async def again() -> None:
+        reg = registry(journal, sessions, env={"ANOTHER": "x"})
+        async with reg.resume(run_id):
+            raise AssertionError("resumed")
+
+    with pytest.raises(ConfigurationError) as caught:
+        run_async(again)
+    assert str(caught.value) == (
+        f'subagent provider "acp" is configured differently than when run {run_id} ran '
+        "(its config digest changed): resume it with the same configuration"
+    )
+
+
+def test_a_one_shot_run_is_not_resumable(tmp_path: Path) -> None:
+    journal, sessions, run_id = journaled_conversation(tmp_path, conversation=False)
+
+    async def again() -> None:
+        async with registry(journal, sessions).resume(run_id):
+            raise AssertionError("resumed")
+
+    with pytest.raises(ConversationOver) as caught:
+        run_async(again)
+    assert caught.value.reason == "not resumable"
+    assert (
+        str(caught.value) == "subagent conversation is over (provider: ACP; turn: 1; reason: not resumable)"
+    )
+
+
+def test_an_agent_that_lost_the_session_is_not_resumable_and_the_id_is_kept(tmp_path: Path) -> None:
+    journal, sessions, run_id = journaled_conversation(tmp_path)
+    for file in sessions.iterdir():
+        file.unlink()  # the agent no longer has the session
+
+    async def again() -> None:
+        reg = registry(journal, sessions)
+        async with reg, reg.resume(run_id):
+            raise AssertionError("resumed")
+
+    with pytest.raises(ConversationOver) as caught:
+        run_async(again)
+    assert caught.value.reason == "not resumable"
+    record = read_run(journal, run_id)
+    assert record is not None
+    assert record.agent_session is not None  # kept: another try is possible
+    assert (record.state, record.turns, record.end_reason) == ("ended", 1, "not resumable")
+    wait_children_gone()
+
+
+def test_unknown_ids_and_a_registry_without_a_journal_are_refused(tmp_path: Path) -> None:
+    journal, sessions, _ = journaled_conversation(tmp_path)
+
+    async def resume(reg: Registry, run_id: str) -> None:
+        async with reg.resume(run_id):
+            raise AssertionError("resumed")
+
+    with pytest.raises(InvalidRequest) as caught:
+        run_async(resume, registry(journal, sessions), "no-such-run")
+    assert str(caught.value) == f"no run no-such-run in the journal {journal}"
+    with pytest.raises(InvalidRequest) as caught:
+        run_async(resume, Registry(), "x")
+    assert str(caught.value) == "resuming a run needs a journal: Registry(journal=...)"
+
+
+def test_a_run_whose_cwd_is_gone_is_refused(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    journal, _sessions, run_id = journaled_conversation(work)
+    work_journal = journal
+    (work / "sessions").rename(tmp_path / "sessions")
+    moved = tmp_path / "moved.db"
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            Path(str(work_journal) + suffix).rename(str(moved) + suffix)
+    for child in work.iterdir():
+        child.unlink()
+    work.rmdir()
+
+    async def again() -> None:
+        async with registry(moved, tmp_path / "sessions").resume(run_id):
+            raise AssertionError("resumed")
+
+    with pytest.raises(InvalidRequest) as caught:
+        run_async(again)
+    assert str(caught.value) == f"the run's cwd is not an accessible directory: {work}"
