@@ -4,6 +4,13 @@ The leak guard fails any test that leaves a live descendant or a zombie behind, 
 the session fails at the end if anything escaped even that.  Every process a test
 starts inherits ``SUBAGENT_TEST_SESSION`` (the name is not credential-shaped, so the
 supervisor's scrub keeps it), so a daemon that escaped to PID 1 is still found.
+
+Under pytest-xdist every worker is a session of its own (its own tag, its own guard, its
+own end-of-session check, whose findings it hands to the controller); every process of the
+whole run also carries ``SUBAGENT_TEST_ROOT``, the tag of the process that started the run,
+which checks once its workers are gone that nothing carrying it is left on the machine.
+Tests marked ``serial`` assert on the whole machine (dead hosts' sweeps and reaps, the
+keeper): the test command runs them in a second pytest, alone, after the parallel one.
 """
 
 from __future__ import annotations
@@ -56,6 +63,12 @@ _STATE_HOME = tempfile.mkdtemp(prefix="subagents-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE_HOME
 os.environ.pop("SUBAGENTS_JOURNAL", None)
 atexit.register(shutil.rmtree, _STATE_HOME, True)
+
+# The run's tag: set by the process that started the run (the xdist controller, or the only
+# pytest), inherited by its workers; a pytest a test starts inherits it and does not own it.
+ROOT_VARIABLE = "SUBAGENT_TEST_ROOT"
+OWNS_ROOT = ROOT_VARIABLE not in os.environ
+ROOT_TAG = os.environ.setdefault(ROOT_VARIABLE, SESSION_TAG)
 
 TESTS = Path(__file__).resolve().parent
 CHILDREN = TESTS / "children"
@@ -269,13 +282,82 @@ def check_leftovers(before: set[int], leaves_before: set[Path]) -> None:
         pytest.fail(f"test left processes behind:\n{report}", pytrace=False)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return config.pluginmanager.has_plugin("dsession")
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def session_leftovers() -> str:
+    """What this session left (its descendants, its tag, its run cgroups), ended; "" if nothing."""
     left = settle_keepers(leftovers())
     leaves = run_cgroups()
-    if left or leaves:
-        report = "\n".join(describe(p) for p in left)
-        report += "".join(f"\nrun cgroup left behind: {leaf}" for leaf in leaves)
-        clean_up(left)
-        clean_up_cgroups(leaves)
-        sys.stderr.write(f"\nprocesses left behind by the test session:\n{report}\n")
+    if not (left or leaves):
+        return ""
+    report = "\n".join(describe(p) for p in left)
+    report += "".join(f"\nrun cgroup left behind: {leaf}" for leaf in leaves)
+    clean_up(left)
+    clean_up_cgroups(leaves)
+    return report
+
+
+def run_leftovers() -> str:
+    """Anything on the machine carrying this run's tag but this process, ended; "" if nothing."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.environ().get(ROOT_VARIABLE) == ROOT_TAG:
+                found.append(proc)
+    found = [p for p in found if p.pid != (keeper_pid() or 0)]
+    left = settle_keepers(found)
+    if not left:
+        return ""
+    report = "\n".join(describe(p) for p in left)
+    clean_up(left)
+    return report
+
+
+WORKER_REPORTS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The controller keeps what a worker's end-of-session check found."""
+    report = getattr(node, "workeroutput", {}).get("leftovers")
+    if report:
+        node.config.stash.setdefault(WORKER_REPORTS, []).append(f"[{node.gateway.id}]\n{report}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A session that runs tests (a worker, or the only pytest) checks what it left."""
+    if _is_xdist_controller(session.config):
+        return  # its descendants are its workers, still up: it checks once they are gone
+    report = session_leftovers()
+    if not report:
+        return
+    if _is_xdist_worker(session.config):  # handed to the controller, which reports it and fails the run
+        session.config.workeroutput["leftovers"] = report  # type: ignore[attr-defined]
+        return
+    sys.stderr.write(f"\nprocesses left behind by the test session:\n{report}\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(wrapper=True, specname="pytest_sessionfinish")
+def pytest_sessionfinish_run(session: pytest.Session, exitstatus: int) -> Iterator[None]:
+    """The process that started the run checks the whole run once every worker is gone (xdist's
+    controller tears its workers down in its own ``pytest_sessionfinish``, inside this wrapper)."""
+    yield
+    if not OWNS_ROOT:
+        return
+    reports = list(session.config.stash.get(WORKER_REPORTS, None) or ())
+    report = run_leftovers()
+    if report:
+        reports.append(report)
+    if reports:
+        sys.stderr.write("\nprocesses left behind by the test run:\n{}\n".format("\n".join(reports)))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -294,6 +294,7 @@ def member_of(*groups: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @needs_v1
+@pytest.mark.serial  # a dead host's groups: alone on the machine (see conftest)
 def test_the_keeper_removes_a_runs_v1_leaves_when_its_host_dies() -> None:
     assert BASE is not None
     with stand_in_host() as (_stand_in, identity):
@@ -317,6 +318,7 @@ def test_the_keeper_removes_a_runs_v1_leaves_when_its_host_dies() -> None:
 
 
 @needs_v1
+@pytest.mark.serial  # a dead host's groups: alone on the machine (see conftest)
 def test_reap_removes_a_dead_hosts_v1_groups(tmp_path: Path) -> None:
     with stand_in_host() as (_stand_in, identity):
         name = f"subagents-{identity.pid}-{identity.start}"

@@ -39,6 +39,9 @@ from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.support.pidfd import pidfds as pidfds
 from tests.support.pidfd import wait_gone as wait_exited
 
+# Dead hosts' leftovers, reaps and sweeps, and the keeper: alone on the machine (see conftest).
+pytestmark = pytest.mark.serial
+
 HOST = CHILDREN / "host.py"
 ACP_CHILD = [PYTHON, "-I", str(CHILDREN / "acp_child.py")]
 GONE_WITHIN = 30.0  # a bound for "eventually", never a claim about speed

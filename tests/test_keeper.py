@@ -24,6 +24,9 @@ import pytest
 from supervisor.process._keeper_main import KEEPER_NAME
 from tests.conftest import CHILDREN, PYTHON
 
+# The keeper stopped and its pipe shrunk under a long batch: alone on the machine (see conftest).
+pytestmark = pytest.mark.serial
+
 ACP_CHILD = str(CHILDREN / "acp_child.py")
 GONE_WITHIN = 300.0  # a bound for "eventually", never a claim about speed
 ONE_PAGE = 4096

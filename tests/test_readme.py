@@ -81,6 +81,17 @@ def test_every_toml_example_parses(where: str, text: str) -> None:
     tomllib.loads(text)
 
 
+@pytest.mark.parametrize(("where", "text"), _all_blocks("toml"))
+def test_every_provider_entry_example_uses_keys_its_kind_has(where: str, text: str) -> None:
+    """A ``[[provider]]`` example names an installed kind and only keys of that kind's config."""
+    from supervisor._kinds import installed_kinds, kind
+
+    for entry in tomllib.loads(text).get("provider", []):
+        assert entry["kind"] in installed_kinds(), f"{where}: {entry['kind']}"
+        fields = kind(entry["kind"]).config.model_fields
+        assert sorted(set(entry) - {"kind"} - set(fields)) == [], where
+
+
 @pytest.mark.parametrize(("where", "text"), _all_blocks("json"))
 def test_every_json_example_parses(where: str, text: str) -> None:
     json.loads(text)
