@@ -19,12 +19,11 @@ Conversations (``keep_alive``, ``send_subagent``, ``close_subagent``) are the de
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,15 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server import Server, ServerRequestContext
 
 from supervisor._errors import SubagentError
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
+from supervisor.mcp._answers import settled_result, tool_result
 from supervisor.mcp._desk import Desk, DeskError, DeskRun, DeskState, Settled, inside_roots
+from supervisor.mcp._progress import progress
 from supervisor.mcp._stdio import stdio_transport
 from supervisor.process import PinnedDirectory
 from supervisor.telemetry import _switch as _telemetry
@@ -159,16 +159,6 @@ def tool_list(providers: tuple[str, ...]) -> list[types.Tool]:
     ]
 
 
-def _text(text: str, structured: Any = None, *, error: bool = False) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=text)], structured_content=structured, is_error=error
-    )
-
-
-def _settled_result(settled: Settled) -> types.CallToolResult:
-    return _text(settled.text, settled.as_dict(), error=not settled.completed)
-
-
 class SubagentTools:
     """The seven tools over one :class:`Desk`."""
 
@@ -245,13 +235,13 @@ class SubagentTools:
                 return await self._run(ctx, arguments)
             if name == "start_subagent":
                 entry = self._start(arguments)
-                return _text(f"started subagent run {entry.run_id}", {"run_id": entry.run_id})
+                return tool_result(f"started subagent run {entry.run_id}", {"run_id": entry.run_id})
             if name == "wait_subagent":
                 return await self._wait(arguments)
             if name == "cancel_subagent":
                 entry = self._entry(arguments, allowed=frozenset({"run_id"}))
                 self._desk.cancel(entry)
-                return _settled_result(await _quiet(entry))
+                return settled_result(await _quiet(entry))
             if name == "send_subagent":
                 return await self._send(ctx, arguments)
             if name == "close_subagent":
@@ -260,10 +250,10 @@ class SubagentTools:
                 if arguments:
                     raise ToolError("list_subagents takes no arguments")
                 runs = [entry.summary() for entry in self._desk.all()]
-                return _text(_list_text(runs), {"runs": runs})
+                return tool_result(_list_text(runs), {"runs": runs})
             raise ToolError(f"unknown tool {name!r}")
         except (ToolError, DeskError) as exc:
-            return _text(str(exc), error=True)
+            return tool_result(str(exc), error=True)
 
     def _start(self, arguments: dict[str, Any]) -> DeskRun:
         provider, request, pin, keep_alive = self._request(arguments)
@@ -277,7 +267,7 @@ class SubagentTools:
         entry = self._start(arguments)
         answered = False
         try:
-            async with _progress(ctx, entry):
+            async with progress(ctx, entry):
                 settled = await _quiet(entry)
             answered = True
         finally:
@@ -286,15 +276,15 @@ class SubagentTools:
                     self._desk.close(entry)  # its caller never learnt its run_id
                 else:
                     self._desk.cancel(entry)
-        return _settled_result(settled)
+        return settled_result(settled)
 
     async def _send(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._entry(arguments, allowed=frozenset({"run_id", "task"}))
         task = _task(arguments)
-        async with _progress(ctx, entry):
+        async with progress(ctx, entry):
             # A cancelled request cancels the turn (local cancellation); the conversation stays.
             settled = await self._desk.send(entry, task)
-        return _settled_result(settled)
+        return settled_result(settled)
 
     async def _close(self, arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._entry(arguments, allowed=frozenset({"run_id"}))
@@ -305,7 +295,7 @@ class SubagentTools:
         self._desk.close(entry)
         settled = await self._desk.wait_over(entry)
         text = settled.ended or settled.text
-        return _text(text, settled.as_dict(), error=settled.quiescent is False)
+        return tool_result(text, settled.as_dict(), error=settled.quiescent is False)
 
     async def _wait(self, arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._entry(arguments, allowed=frozenset({"run_id", "timeout_s"}))
@@ -318,14 +308,14 @@ class SubagentTools:
         ):
             raise ToolError(f"timeout_s must be a number from 0 to {MAX_WAIT_SECONDS:g}")
         with anyio.move_on_after(timeout):
-            return _settled_result(await _quiet(entry))
+            return settled_result(await _quiet(entry))
         state = {
             "run_id": entry.run_id,
             "state": str(entry.state),
             "stage": entry.stage,
             "turn": entry.run.turn,
         }
-        return _text(f"subagent run {entry.run_id} is {entry.state} (stage: {entry.stage})", state)
+        return tool_result(f"subagent run {entry.run_id} is {entry.state} (stage: {entry.stage})", state)
 
 
 def _task(arguments: dict[str, Any]) -> str:
@@ -345,66 +335,6 @@ async def _quiet(entry: DeskRun) -> Settled:
     await entry.done.wait()
     assert entry.settled is not None
     return entry.settled
-
-
-@contextlib.asynccontextmanager
-async def _progress(ctx: ServerRequestContext[Any], entry: DeskRun) -> AsyncIterator[None]:
-    """One progress notification per stage the run enters while the block runs (when the
-    request carries a progress token; ``message`` is the stage)."""
-    token = _progress_token(ctx)
-    if token is None:
-        yield
-        return
-    sender, receiver = anyio.create_memory_object_stream[str](max_buffer_size=64)
-    listener = _forward(sender)
-    entry.listeners.append(listener)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_send_progress, ctx, token, entry.stage, receiver)
-            try:
-                yield
-            finally:
-                tg.cancel_scope.cancel()
-    finally:
-        entry.listeners.remove(listener)
-        sender.close()
-
-
-def _forward(sender: MemoryObjectSendStream[str]) -> Any:
-    def listener(stage: str) -> None:
-        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            sender.send_nowait(stage)  # progress is best effort
-
-    return listener
-
-
-async def _send_progress(
-    ctx: ServerRequestContext[Any],
-    token: str | int,
-    first: str,
-    stages: MemoryObjectReceiveStream[str],
-) -> None:
-    count = 0
-
-    async def send(stage: str) -> None:
-        nonlocal count
-        count += 1
-        await ctx.session.send_progress_notification(
-            token, count, message=stage, related_request_id=str(ctx.request_id)
-        )
-
-    await send(first)
-    async with stages:
-        async for stage in stages:
-            await send(stage)
-
-
-def _progress_token(ctx: ServerRequestContext[Any]) -> str | int | None:
-    meta: Any = ctx.meta
-    if not meta:
-        return None
-    token = meta.get("progress_token", meta.get("progressToken"))
-    return token if isinstance(token, str | int) else None
 
 
 def _trace_carrier(meta: Any) -> dict[str, str]:

@@ -18,9 +18,10 @@ import anyio
 import pytest
 from mcp.client.session import ClientSession
 
+from supervisor.mcp._answers import conversation_line, result_facts
 from tests.conftest import tagged
 from tests.mcp.test_server import EXAMPLE_ANSWER_START, call, client, write_config
-from tests.support.raw_mcp import RawMcp
+from tests.support.raw_mcp import RawMcp, facts
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +54,12 @@ async def until_running(session: ClientSession) -> dict[str, tuple[str, str, int
             await anyio.sleep(0.05)
 
 
+def still_open(answer: str, run_id: str) -> str:
+    """What the model reads of a conversation's turn: the answer, then the fixed line that
+    tells it how to go on (a client that shows text alone must let its model send again)."""
+    return f"{answer}\n\n{conversation_line(run_id)}"
+
+
 async def test_a_kept_run_answers_each_turn_remembers_its_session_and_closes(tmp_path: Path) -> None:
     stages: list[str | None] = []
 
@@ -64,8 +71,9 @@ async def test_a_kept_run_answers_each_turn_remembers_its_session_and_closes(tmp
             session, "run_subagent", {"task": "what is 2+2?", "keep_alive": True}
         )
         assert not is_error
-        assert text == "Hello! You asked: what is 2+2?"
         run_id = first["run_id"]
+        assert text == still_open("Hello! You asked: what is 2+2?", run_id)
+        assert run_id in text.splitlines()[-1]
         assert (first["turn"], first["state"], first["ended"], first["resources"]) == (1, "idle", None, None)
         assert tagged(run_id)  # the child waits for the next turn
         assert (await states(session))[run_id] == ("idle", "prompt", 1)
@@ -74,7 +82,7 @@ async def test_a_kept_run_answers_each_turn_remembers_its_session_and_closes(tmp
             "send_subagent", {"run_id": run_id, "task": "and 3+3?\n@usage"}, progress_callback=progress
         )
         assert not result.is_error
-        second = result.structured_content
+        second = result_facts(result)
         assert second is not None
         assert second["output"] == "Hello! You asked: and 3+3?"
         assert (second["turn"], second["state"], second["stop_reason"]) == (2, "idle", "completed")
@@ -87,7 +95,7 @@ async def test_a_kept_run_answers_each_turn_remembers_its_session_and_closes(tmp
         assert stages[:1] == ["prompt"]  # the turn's stage, as progress
 
         text, third, _ = await call(session, "send_subagent", {"run_id": run_id, "task": "@recall"})
-        assert text == "Earlier in this session you asked: what is 2+2?; and 3+3?"
+        assert text == still_open("Earlier in this session you asked: what is 2+2?; and 3+3?", run_id)
         assert third["turn"] == 3
 
         text, closed, is_error = await call(session, "close_subagent", {"run_id": run_id})
@@ -118,12 +126,13 @@ async def test_a_send_during_a_turn_is_refused_and_cancel_keeps_the_conversation
         text, cancelled, is_error = await call(session, "cancel_subagent", {"run_id": run_id})
         assert is_error
         assert text.startswith("subagent run was cancelled")
+        assert text.endswith(f"\n\n{conversation_line(run_id)}")
         assert (cancelled["stop_reason"], cancelled["state"], cancelled["turn"]) == ("aborted", "idle", 1)
         assert cancelled["diagnostic"] is None
 
         text, second, is_error = await call(session, "send_subagent", {"run_id": run_id, "task": "next"})
         assert not is_error
-        assert text == "Hello! You asked: next"
+        assert text == still_open("Hello! You asked: next", run_id)
         assert second["turn"] == 2
 
         # A cancelled send_subagent request cancels its turn; the conversation stays open.
@@ -140,7 +149,7 @@ async def test_a_send_during_a_turn_is_refused_and_cancel_keeps_the_conversation
         assert (waited["state"], waited["stop_reason"], waited["turn"]) == ("idle", "aborted", 3)
         text, fourth, _ = await call(session, "send_subagent", {"run_id": run_id, "task": "@recall"})
         assert fourth["turn"] == 4
-        assert text == "Earlier in this session you asked: stall; next; stall"
+        assert text == still_open("Earlier in this session you asked: stall; next; stall", run_id)
         await call(session, "close_subagent", {"run_id": run_id})
         assert not tagged(run_id)
 
@@ -225,7 +234,7 @@ async def test_an_idle_conversation_holds_no_slot_and_a_send_waits_for_one(tmp_p
                 assert (text, is_error) == ("a turn is already running", True)
                 await call(session, "cancel_subagent", {"run_id": busy["run_id"]})
         ((text, second, is_error),) = answers
-        assert (text, second["turn"], is_error) == ("Hello! You asked: next", 2, False)
+        assert (text, second["turn"], is_error) == (still_open("Hello! You asked: next", run_id), 2, False)
 
         # A turn in a conversation takes the slot: a one-shot run then waits, queued.
         _, slow_turn, _ = await call(session, "start_subagent", {"task": "hi"})
@@ -299,12 +308,12 @@ def test_a_client_that_goes_away_ends_every_conversation(tmp_path: Path) -> None
     server = RawMcp(cwd=tmp_path, stderr=tmp_path / "stderr")
     try:
         idle = server.call("run_subagent", '{"task": "hello", "keep_alive": true}')
-        idle_id = idle["structuredContent"]["run_id"]
+        idle_id = facts(idle)["run_id"]
         busy = server.call("start_subagent", '{"task": "stall\\n@slow 600000", "keep_alive": true}')
-        busy_id = busy["structuredContent"]["run_id"]
+        busy_id = facts(busy)["run_id"]
         deadline = time.monotonic() + EVENTUALLY  # a bound for "eventually"
         while True:
-            listed = server.call("list_subagents", "{}")["structuredContent"]["runs"]
+            listed = facts(server.call("list_subagents", "{}"))["runs"]
             if {r["run_id"]: (r["state"], r["stage"]) for r in listed}[busy_id] == ("running", "prompt"):
                 break
             assert time.monotonic() < deadline
@@ -374,11 +383,11 @@ def test_a_stop_signal_ends_every_conversation(tmp_path: Path, stop: str) -> Non
     exit 0, no tree left (the same end as a closed stdin or stdout: ``test_stopping``)."""
     server = RawMcp(cwd=tmp_path, stderr=tmp_path / "stderr")
     try:
-        idle = server.call("run_subagent", '{"task": "hello", "keep_alive": true}')["structuredContent"]
+        idle = facts(server.call("run_subagent", '{"task": "hello", "keep_alive": true}'))
         busy = server.call("start_subagent", '{"task": "stall\\n@slow 600000", "keep_alive": true}')
-        busy_id = busy["structuredContent"]["run_id"]
+        busy_id = facts(busy)["run_id"]
         deadline = time.monotonic() + EVENTUALLY  # a bound for "eventually"
-        while server.call("list_subagents", "{}")["structuredContent"]["runs"][1]["state"] != "running":
+        while facts(server.call("list_subagents", "{}"))["runs"][1]["state"] != "running":
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert tagged(idle["run_id"])

@@ -19,7 +19,7 @@ from hypothesis import given
 
 from tests.conftest import tagged
 from tests.mcp.test_server import write_config
-from tests.support.raw_mcp import RawMcp
+from tests.support.raw_mcp import RawMcp, facts
 from tests.test_batch import wait_for
 from tests.test_hostile_text import FUZZ, HOSTILE, TEXT, Hostile, clean, frames_env
 
@@ -67,7 +67,7 @@ def test_a_cwd_that_no_path_can_hold_is_an_error_result(tmp_path: Path, server_s
             result = server.call("run_subagent", f'{{"task": "t", "cwd": {cwd}}}')
             assert (result["isError"], text_of(result)) == (True, message)
         listed = server.call("list_subagents", "{}")
-        assert listed["structuredContent"] == {"runs": []}  # nothing spawned
+        assert facts(listed) == {"runs": []}  # nothing spawned
     finally:
         assert server.close() == 0
     assert "Traceback" not in server_stderr.read_text(encoding="utf-8", errors="replace")
@@ -95,7 +95,7 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_cannot_move_a_run_out(
         tmp_path, server_stderr, "--config", str(config), "--root", str(root), "--max-concurrent", "1"
     )
     try:
-        hanging = server.call("start_subagent", '{"task": "t", "provider": "hang"}')["structuredContent"]
+        hanging = facts(server.call("start_subagent", '{"task": "t", "provider": "hang"}'))
         wait_for(ready.exists, "the run holding the only slot")
         queued = {
             name: server.call("start_subagent", json.dumps({"task": "t", "provider": "echo", "cwd": name}))
@@ -113,9 +113,9 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_cannot_move_a_run_out(
         server.call("cancel_subagent", json.dumps({"run_id": hanging["run_id"]}))
         settled = {}
         for name, started in queued.items():
-            run_id = started["structuredContent"]["run_id"]
+            run_id = facts(started)["run_id"]
             waited = server.call("wait_subagent", json.dumps({"run_id": run_id, "timeout_s": 120}))
-            settled[name] = waited["structuredContent"]
+            settled[name] = facts(waited)
             assert not tagged(run_id)
         for name in ("work", "other"):
             assert (settled[name]["stop_reason"], settled[name]["diagnostic"]) == ("error", CONFIGURATION)
@@ -146,7 +146,7 @@ def test_fuzz_the_mcp_results(tmp_path: Path, server_stderr: Path, hostile: Host
         assert server.close() == 0
     expected = "prompt=" + clean(json.loads(arguments)["task"]) + "\n" + hostile.expected
     assert result["isError"] is False
-    assert result["structuredContent"]["output"] == expected
+    assert facts(result)["output"] == expected
     assert text_of(result) == expected
     for frame in server.frames:  # no escape of a lone surrogate either
         assert_clean(json.loads(frame))
@@ -172,11 +172,11 @@ def test_a_hostile_task_sent_to_a_conversation_reaches_the_child_as_u_fffd(
     config = write_config(tmp_path / "c.toml", echo={"ECHO_PROMPT": "1", "TEXT": ""})
     server = start(tmp_path, server_stderr, "--config", str(config))
     try:
-        first = server.call("run_subagent", '{"task": "one", "keep_alive": true}')["structuredContent"]
+        first = facts(server.call("run_subagent", '{"task": "one", "keep_alive": true}'))
         run_id = first["run_id"]
         second = server.call("send_subagent", f'{{"run_id": "{run_id}", "task": "two \\ud800 x \\udfff"}}')
         assert second["isError"] is False
-        assert second["structuredContent"]["output"] == "prompt=two \ufffd x \ufffd\n"
+        assert facts(second)["output"] == "prompt=two \ufffd x \ufffd\n"
         unknown = server.call("send_subagent", '{"run_id": "\\ud800", "task": "t"}')
         assert (unknown["isError"], text_of(unknown)) == (True, "no subagent run with id '\ufffd'")
         server.call("close_subagent", json.dumps({"run_id": run_id}))

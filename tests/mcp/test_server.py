@@ -21,7 +21,9 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from supervisor.mcp._answers import result_facts
 from tests.conftest import CHILDREN, PYTHON, tagged
+from tests.support.raw_mcp import facts
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +62,7 @@ async def call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> 
     result = await session.call_tool(tool, arguments)
     (content,) = result.content
     assert content.type == "text"
-    return content.text, result.structured_content, result.is_error
+    return content.text, result_facts(result), result.is_error
 
 
 async def test_lists_the_seven_tools_with_the_configured_providers_as_an_enum(tmp_path: Path) -> None:
@@ -88,9 +90,9 @@ async def test_lists_the_seven_tools_with_the_configured_providers_as_an_enum(tm
     assert tools["wait_subagent"].input_schema["properties"]["timeout_s"]["maximum"] == 300
 
 
-async def test_run_subagent_answers_with_the_output_and_reports_each_stage_as_progress(
-    tmp_path: Path,
-) -> None:
+async def test_run_subagent_answers_with_the_output_text_and_its_facts_in_meta(tmp_path: Path) -> None:
+    """The one content block is what the model reads (the answer); no structuredContent (a
+    client that shows it to its model would show a JSON object); the facts ride in _meta."""
     messages: list[str | None] = []
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
@@ -99,9 +101,11 @@ async def test_run_subagent_answers_with_the_output_and_reports_each_stage_as_pr
     async with client(cwd=tmp_path) as session:
         result = await session.call_tool("run_subagent", {"task": "say hello"}, progress_callback=progress)
     assert not result.is_error
-    assert result.content[0].type == "text"
-    assert result.content[0].text.startswith(EXAMPLE_ANSWER_START)
-    structured = result.structured_content
+    assert result.structured_content is None
+    (content,) = result.content
+    assert content.type == "text"
+    assert content.text.startswith(EXAMPLE_ANSWER_START)
+    structured = result_facts(result)
     assert structured is not None
     assert set(structured) == {
         "run_id",
@@ -120,9 +124,39 @@ async def test_run_subagent_answers_with_the_output_and_reports_each_stage_as_pr
     assert structured["provider"] == "acp"
     assert structured["stop_reason"] == "completed"
     assert structured["diagnostic"] is None
-    assert structured["output"] == result.content[0].text
-    assert messages[:3] == ["initialize", "new-session", "prompt"]
+    assert structured["output"] == content.text
+    assert messages[:1] == ["initialize"]  # sent at once, before the child is even up
     assert not tagged(structured["run_id"])
+
+
+async def test_a_long_turn_keeps_sending_progress_at_most_once_a_second(tmp_path: Path) -> None:
+    """A turn that stays in one stage still sends progress (a client's silence limit must
+    never fire while the subagent works), and never more than once a second."""
+    config = write_config(tmp_path / "c.toml", hang={"HANG": "1"})
+    in_prompt = anyio.Event()
+    arrivals: list[tuple[float, str | None]] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        arrivals.append((anyio.current_time(), message))
+        if [m for _, m in arrivals].count("prompt") >= 3:  # three in the same stage, nothing new
+            in_prompt.set()
+
+    async with client("--config", str(config), cwd=tmp_path) as session:
+        begun = anyio.current_time()
+        with anyio.fail_after(120):  # a bound for "eventually", never a claim about speed
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    await session.call_tool("run_subagent", {"task": "t"}, progress_callback=progress)
+
+                tg.start_soon(run)
+                await in_prompt.wait()
+                tg.cancel_scope.cancel()  # the call is cancelled: so is its run
+        elapsed = arrivals[-1][0] - begun
+    assert len(arrivals) <= elapsed + 1  # at most once a second (the first at once)
+    progresses = [m for _, m in arrivals]
+    assert progresses[0] == "initialize"
+    assert progresses[-3:] == ["prompt"] * 3
 
 
 async def test_a_failed_run_is_an_error_result_with_the_foreground_text(tmp_path: Path) -> None:
@@ -348,7 +382,7 @@ def test_client_gone_ends_every_run_and_the_server_exits_0(tmp_path: Path) -> No
         )
         answer = receive()
         assert "result" in answer, answer  # (seen once under load without a result: show it)
-        run_id = answer["result"]["structuredContent"]["run_id"]
+        run_id = facts(answer["result"])["run_id"]
         while not ready.exists():  # the child has answered up to its (hanging) prompt
             assert server.poll() is None
             anyio.run(anyio.sleep, 0.05)

@@ -24,6 +24,7 @@ import pytest
 from supervisor.process import detect_containment, host_group_name
 from supervisor.process._keeper_main import KEEPER_NAME
 from tests.conftest import CHILDREN, PYTHON, tagged
+from tests.support.raw_mcp import facts
 from tests.test_hostdeath import pidfds, wait_gone
 
 SERVER = [PYTHON, "-m", "supervisor.cli", "mcp"]
@@ -229,7 +230,7 @@ def test_a_server_killed_between_runs_leaves_no_group(tmp_path: Path) -> None:
         call = mcp.request("tools/call", {"name": "run_subagent", "arguments": {"task": "t"}})
         while (answer := mcp.receive()).get("id") != call:
             pass
-        assert answer["result"]["structuredContent"]["stop_reason"] == "completed"
+        assert facts(answer["result"])["stop_reason"] == "completed"
         group = mcp.host_group()
         assert group is not None
         assert group.exists()
@@ -238,7 +239,7 @@ def test_a_server_killed_between_runs_leaves_no_group(tmp_path: Path) -> None:
         mcp.proc.wait(timeout=GONE_WITHIN)
         assert wait_gone(keeper) == []
         assert not group.exists()
-    assert not tagged(answer["result"]["structuredContent"]["run_id"])
+    assert not tagged(facts(answer["result"])["run_id"])
     assert os.getpid()
 
 

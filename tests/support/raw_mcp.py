@@ -104,3 +104,12 @@ class RawMcp:
             assert self.process.stdout is not None
             self.process.stdout.close()
             self._stderr.close()
+
+
+RESULT_META_KEY = "subagent-supervisor/result"
+
+
+def facts(result: dict[str, Any]) -> Any:
+    """A raw tool result's machine-readable facts (its ``_meta``; never ``structuredContent``)."""
+    assert "structuredContent" not in result  # a model would read it instead of the answer
+    return result["_meta"][RESULT_META_KEY]

@@ -155,6 +155,8 @@ async def test_mcp_turns_continue_each_callers_trace_from_meta_traceparent(
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
+    from supervisor.mcp._answers import result_facts
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "TRACEPARENT"}
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
     command = subagents()
@@ -170,8 +172,9 @@ async def test_mcp_turns_continue_each_callers_trace_from_meta_traceparent(
             {"task": "what is 2+2?", "keep_alive": True},
             meta=cast(Any, {"traceparent": first_parent}),
         )
-        assert first.structured_content is not None
-        run_id = first.structured_content["run_id"]
+        first_facts = result_facts(first)
+        assert first_facts is not None
+        run_id = first_facts["run_id"]
         second = await session.call_tool(
             "send_subagent",
             {"run_id": run_id, "task": "and 3+3?\n@usage"},
@@ -191,7 +194,8 @@ async def test_mcp_turns_continue_each_callers_trace_from_meta_traceparent(
         assert facts["gen_ai.conversation.id"] == run_id
         assert facts["gen_ai.provider.name"] == "acp"
         assert facts["subagent.stop_reason"] == "completed"
-    usage = second.structured_content["usage"] if second.structured_content else None
+    second_facts = result_facts(second)
+    usage = second_facts["usage"] if second_facts else None
     assert usage is not None
     assert attributes(two.attributes)["gen_ai.usage.input_tokens"] == usage["input_tokens"] == 2
     assert attributes(two.attributes)["gen_ai.usage.output_tokens"] == usage["output_tokens"] == 5
