@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,15 @@ import anyio.abc
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
-from supervisor._errors import SubagentError
+from supervisor._errors import SubagentError, TurnInProgress
 from supervisor._registry import Registry
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
 from supervisor.mcp._answers import settled_result, tool_result
 from supervisor.mcp._desk import Desk, DeskError, DeskRun, DeskState, Settled, inside_roots
-from supervisor.mcp._progress import progress
+from supervisor.mcp._progress import progress, status_line
 from supervisor.mcp._stdio import stdio_transport
+from supervisor.mcp._tasks import Pending, TaskBoard, TaskListen, TasksExtension, apply_extension
 from supervisor.process import PinnedDirectory
 from supervisor.telemetry import _switch as _telemetry
 
@@ -272,19 +273,61 @@ class SubagentTools:
             answered = True
         finally:
             if not answered:  # the request was cancelled: the run (a conversation too) ends with it
-                if entry.keep_alive:
-                    self._desk.close(entry)  # its caller never learnt its run_id
-                else:
-                    self._desk.cancel(entry)
+                self._abandon(entry)
         return settled_result(settled)
 
-    async def _send(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+    def _abandon(self, entry: DeskRun) -> None:
+        """The caller of ``run_subagent`` stopped waiting: the run ends (a conversation too,
+        whose run_id its caller never learnt)."""
+        if entry.keep_alive:
+            self._desk.close(entry)
+        else:
+            self._desk.cancel(entry)
+
+    def _sending(self, arguments: dict[str, Any]) -> tuple[DeskRun, str]:
         entry = self._entry(arguments, allowed=frozenset({"run_id", "task"}))
         task = _task(arguments)
+        if not entry.keep_alive:
+            raise ToolError(f"subagent run {entry.run_id} was not started with keep_alive")
+        return entry, task
+
+    async def _send(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+        entry, task = self._sending(arguments)
         async with progress(ctx, entry):
             # A cancelled request cancels the turn (local cancellation); the conversation stays.
             settled = await self._desk.send(entry, task)
         return settled_result(settled)
+
+    def prepare(
+        self, ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
+    ) -> Pending | types.CallToolResult:
+        """``run_subagent`` or ``send_subagent`` handed off as a task: the arguments checked
+        and the work begun now (a bad call answers at once, as the blocking call would)."""
+        try:
+            if name == "run_subagent":
+                entry = self._start(arguments)
+                return Pending(
+                    finish=lambda: self._answer(_quiet(entry)),
+                    stop=lambda: self._abandon(entry),
+                    status=lambda: status_line(entry),
+                )
+            entry, task = self._sending(arguments)
+            if entry.turn_busy or entry.state in (DeskState.QUEUED, DeskState.RUNNING):
+                raise ToolError(str(TurnInProgress()))
+            return Pending(
+                finish=lambda: self._answer(self._desk.send(entry, task)),
+                stop=lambda: self._desk.cancel(entry),  # the turn; the conversation stays
+                status=lambda: status_line(entry),
+            )
+        except (ToolError, DeskError) as exc:
+            return tool_result(str(exc), error=True)
+
+    @staticmethod
+    async def _answer(settling: Awaitable[Settled]) -> types.CallToolResult:
+        try:
+            return settled_result(await settling)
+        except DeskError as exc:
+            return tool_result(str(exc), error=True)
 
     async def _close(self, arguments: dict[str, Any]) -> types.CallToolResult:
         entry = self._entry(arguments, allowed=frozenset({"run_id"}))
@@ -368,19 +411,20 @@ async def serve(settings: McpSettings, *, stopped: Callable[[], bool] = lambda: 
     async with anyio.create_task_group() as outer:
         async with anyio.create_task_group() as runs_group:
             desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
+            board = TaskBoard(runs_group)
             with anyio.CancelScope() as serving:
                 await outer.start(_watch_signals, serving, desk)
                 if stopped():
                     serving.cancel()
                 try:
-                    await _serve_session(settings, desk)
+                    await _serve_session(settings, desk, board)
                 finally:
                     desk.cancel_all()  # the client is gone: every run ends, each tree torn down
         outer.cancel_scope.cancel()
     return 0
 
 
-async def _serve_session(settings: McpSettings, desk: Desk) -> None:
+async def _serve_session(settings: McpSettings, desk: Desk, board: TaskBoard) -> None:
     tools = SubagentTools(settings, desk)
     listed = tool_list(settings.providers)
 
@@ -396,9 +440,20 @@ async def _serve_session(settings: McpSettings, desk: Desk) -> None:
         with _telemetry.continued(_trace_carrier(ctx.meta)):
             return await tools.call(ctx, params.name, dict(params.arguments or {}))
 
+    def prepare(
+        ctx: ServerRequestContext[Any], name: str, arguments: dict[str, Any]
+    ) -> Pending | types.CallToolResult:
+        with _telemetry.continued(_trace_carrier(ctx.meta)):  # the run joins the caller's trace
+            return tools.prepare(ctx, name, arguments)
+
     server: Server[Any] = Server(
-        SERVER_NAME, version=package_version(), on_list_tools=list_tools, on_call_tool=call_tool
+        SERVER_NAME,
+        version=package_version(),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_subscriptions_listen=TaskListen(board),
     )
+    apply_extension(server, TasksExtension(board, prepare), call_tool)
     async with stdio_transport() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
