@@ -8,7 +8,10 @@ long turn (a 180 s turn reported ``prompt`` once), so while the call waits the c
 status line is sent once a second, whatever changed: at most once a second, and never a
 silence a client's limit could take for a dead server.
 
-The line is :func:`status_line`, built from closed facts only (never child text).
+The line is :func:`status_line`, the run's progress line (:func:`supervisor.progress_line`),
+built from closed facts only (never child text).  A ticker reading ``run.progress`` once a
+second gives both the cap and the heartbeat in one loop (``run.watch()`` coalesces at
+250 ms and goes quiet while nothing changes, so it could not be the heartbeat).
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from typing import Any
 import anyio
 from mcp.server import ServerRequestContext
 
+from supervisor import progress_line
 from supervisor.mcp._desk import DeskRun
 
 PROGRESS_INTERVAL_SECONDS = 1.0
 
 
 def status_line(entry: DeskRun) -> str:
-    """The one line that says where a run is (its stage)."""
-    return entry.stage
+    """The one line that says where a run is: its progress line (stage, turn, elapsed
+    time, tool calls by closed kind, ...), e.g. ``prompt · turn 2 · 42 s · 5 tool calls``."""
+    return progress_line(entry.run.progress)
 
 
 def progress_token(ctx: ServerRequestContext[Any]) -> str | int | None:

@@ -92,7 +92,8 @@ async def test_a_kept_run_answers_each_turn_remembers_its_session_and_closes(tmp
             "cached_input_tokens": None,
             "cost_usd": 0.0007,
         }
-        assert stages[:1] == ["prompt"]  # the turn's stage, as progress
+        assert stages[0] is not None
+        assert " · turn " in stages[0], stages  # the run's progress line, sent at once
 
         text, third, _ = await call(session, "send_subagent", {"run_id": run_id, "task": "@recall"})
         assert text == still_open("Earlier in this session you asked: what is 2+2?; and 3+3?", run_id)
