@@ -55,6 +55,7 @@ CodexLifecycle = build_lifecycle(
             running=("turn-start", "turn", "process"),
             teardown="teardown",
             turn_stage="turn-start",
+            resume_stage="thread-start",
             late=(CodexEvent.TURN_STARTED, CodexEvent.TURN_COMPLETED, CodexEvent.APP_SERVER_EXITED),
         ),
     ),

@@ -111,6 +111,7 @@ async def test_a_conversation_continues_after_its_host_was_killed(
         assert ("resumed", "new-session", "idle", 1) in audit
         assert ("turn_sent", "idle", "prompt", 2) in audit
     assert run.quiescent is True
+    assert f"continuing the agent's session with {method}" in caplog.text
     session_id = facts["agent_session_id"]
     assert not [r for r in caplog.records if r.levelno >= logging.INFO and session_id in r.getMessage()]
     assert session_id not in repr(run)

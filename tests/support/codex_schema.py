@@ -27,6 +27,7 @@ Frame = tuple[Direction, Mapping[str, Any]]
 CLIENT_RESULTS = {
     "initialize": "v1/InitializeResponse.json",
     "thread/start": "v2/ThreadStartResponse.json",
+    "thread/resume": "v2/ThreadResumeResponse.json",
     "turn/start": "v2/TurnStartResponse.json",
     "turn/interrupt": "v2/TurnInterruptResponse.json",
 }

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import CHILDREN, PYTHON, tagged
@@ -20,9 +23,15 @@ RESUME_HOST = CHILDREN / "resume_host.py"
 GONE_WITHIN = 60.0  # a bound for "eventually", never a claim about speed
 
 
-def killed_host(spec: dict[str, Any], *, turns: int = 1) -> list[dict[str, Any]]:
+def killed_host(
+    spec: dict[str, Any], *, turns: int = 1, persisted: Callable[[], bool] | None = None
+) -> list[dict[str, Any]]:
     """Run ``spec``'s conversation in a host of its own for ``turns`` turns, SIGKILL the host,
-    and return the facts it printed after each turn (its whole tree is gone by then)."""
+    and return the facts it printed after each turn (its whole tree is gone by then).
+
+    ``persisted`` (when given) is waited for before the kill: an agent that answers before
+    it has written the turn to its own session store (claude-agent-acp does) would
+    otherwise lose the turn's answer, which is the agent's window, not the supervisor's."""
     proc = subprocess.Popen(
         [PYTHON, str(RESUME_HOST), json.dumps({**spec, "end": "hang"})],
         stdout=subprocess.PIPE,
@@ -36,6 +45,8 @@ def killed_host(spec: dict[str, Any], *, turns: int = 1) -> list[dict[str, Any]]
             line = proc.stdout.readline()
             assert line, "the first host did not finish its turn"
             facts.append(json.loads(line))
+        if persisted is not None:
+            wait_for(persisted)
     finally:
         last = facts[-1] if facts else {}
         fds = pidfds([last.get("child") or 0, last.get("keeper") or 0])
@@ -59,3 +70,27 @@ def exiting_host(spec: dict[str, Any]) -> list[dict[str, Any]]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def wait_for(condition: Callable[[], bool], within: float = GONE_WITHIN) -> None:
+    """Wait until ``condition()`` holds (an agent's own write, which sends no event to wait
+    on: looked at every 50 ms, bounded by ``within`` for "eventually")."""
+    end = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < end, "the agent never wrote its session"
+        time.sleep(0.05)
+
+
+def written_under(root: Path, text: str) -> Callable[[], bool]:
+    """A ``persisted`` condition: some file under ``root`` holds ``text``."""
+
+    def holds() -> bool:
+        for path in root.rglob("*"):
+            try:
+                if path.is_file() and text in path.read_text(errors="replace"):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    return holds

@@ -14,6 +14,7 @@ session's cumulative cost: a turn's cost is what it added).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Awaitable
 from types import ModuleType
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
     from supervisor.providers.acp._client import UnattendedClient
     from supervisor.providers.acp._transport import StdioTransport
+
+log = logging.getLogger("supervisor")
 
 CLIENT_NAME = "subagent-supervisor"
 # The SDK's modules that log through the root logger with module-level ``logging`` calls.
@@ -150,6 +153,8 @@ class AcpRun(ProviderRun[Config]):
             call = self._conn.load_session(cwd=str(cwd), session_id=session_id, mcp_servers=[])
         else:
             raise NotResumable("the agent advertises neither session/resume nor session/load")
+        method = "session/load" if self._client.replaying is not None else "session/resume"
+        log.info("run %s: continuing the agent's session with %s", self.id, method)
         try:
             await call
         except acp.RequestError as exc:

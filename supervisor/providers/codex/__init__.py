@@ -36,7 +36,7 @@ from machines.codex import CODEX_VOCABULARY, MACHINES
 from supervisor._errors import ConfigurationError
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor.process import Containment
 from supervisor.providers.codex._command import app_server_argv
 from supervisor.providers.codex._config import Config, PermissionMode
@@ -77,8 +77,9 @@ def resolve_binary(config: Config) -> Path:
     return path
 
 
-CAPABILITIES = Capabilities(conversation=True)
-"""No start-time option; a run can converse (``turn/start`` again on its thread)."""
+CAPABILITIES = Capabilities(conversation=True, resume=True)
+"""No start-time option; a run can converse (``turn/start`` again on its thread) and
+continue a thread kept on disk in a new app-server (``thread/resume``)."""
 
 
 class Provider:
@@ -105,9 +106,15 @@ class Provider:
         self._tap = tap
         self._tree = tree
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> CodexRun:
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> CodexRun:
         return CodexRun(
-            RunContext(self.name, self.config, request, trace, self._tree),
+            RunContext(self.name, self.config, request, trace, self._tree, session=session),
             binary=self.binary,
             tap=self._tap,
         )

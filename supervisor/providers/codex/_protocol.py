@@ -29,6 +29,8 @@ __all__ = [
     "PermissionsResponse",
     "StatusItem",
     "TextInput",
+    "ThreadResumeParams",
+    "ThreadResumeResult",
     "ThreadStartParams",
     "ThreadStartResult",
     "ThreadTokenUsage",
@@ -90,6 +92,18 @@ class ThreadStartParams(_Out):
     approvalPolicy: ApprovalPolicy
     approvalsReviewer: ApprovalsReviewer | None = None
     sandbox: SandboxMode | None = None
+
+
+class ThreadResumeParams(_Out):
+    """``thread/resume``: a thread kept on disk (not ephemeral), with today's permissions;
+    its turns are not hydrated into the answer (the supervisor needs none of them)."""
+
+    threadId: str
+    cwd: str
+    approvalPolicy: ApprovalPolicy
+    approvalsReviewer: ApprovalsReviewer | None = None
+    sandbox: SandboxMode | None = None
+    excludeTurns: bool = True
 
 
 class TextInput(_Out):
@@ -155,10 +169,14 @@ class InitializeResult(_In):
 
 class _Thread(_In):
     id: NonEmpty
-    ephemeral: Literal[True]
+    ephemeral: bool
 
 
 class ThreadStartResult(_In):
+    thread: _Thread
+
+
+class ThreadResumeResult(_In):
     thread: _Thread
 
 

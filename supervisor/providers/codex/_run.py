@@ -46,6 +46,7 @@ from pydantic import ValidationError
 from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
+from supervisor._resume import NotResumable
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor.process import LineReader, ManagedProcess
@@ -65,6 +66,8 @@ from supervisor.providers.codex._protocol import (
     ItemNotification,
     StatusItem,
     TextInput,
+    ThreadResumeParams,
+    ThreadResumeResult,
     ThreadStartParams,
     ThreadStartResult,
     ThreadTokenUsage,
@@ -181,12 +184,38 @@ class CodexRun(ProviderRun[Config]):
             await wire.request("initialize", params.wire(), InitializeResult)
             await wire.notify("initialized")
             self.fact(CodexEvent.INITIALIZED)
-            thread = ThreadStartParams.model_validate({"cwd": str(cwd), **thread_permissions(self._mode)})
+            if self.session is not None and self.session.resume is not None:
+                await self._resume_thread(wire, self.session.resume, cwd)
+                return
+            keep = self.session is not None and self.session.keep
+            thread = ThreadStartParams.model_validate(
+                {"cwd": str(cwd), "ephemeral": not keep, **thread_permissions(self._mode)}
+            )
             started = await wire.request("thread/start", thread.wire(), ThreadStartResult)
         except WireError as exc:
             raise StepFailed(await self._wire_failure(exc)) from exc
+        if started.thread.ephemeral is keep:  # not the thread asked for: never run a turn on it
+            raise StepFailed(self.failure("unknown"))
         self._thread_id = started.thread.id
+        self.agent_session_id = started.thread.id
         self.fact(CodexEvent.THREAD_STARTED)
+
+    async def _resume_thread(self, wire: AppServerWire, thread_id: str, cwd: Path) -> None:
+        """A cold resume, in ``thread-start``: ``thread/resume`` of a thread kept on disk,
+        with today's permissions.  An error answer (no such thread, an ephemeral one) is
+        the app-server refusing: :class:`NotResumable`."""
+        params = ThreadResumeParams.model_validate(
+            {"threadId": thread_id, "cwd": str(cwd), **thread_permissions(self._mode)}
+        )
+        log.info("run %s: continuing the agent's session with thread/resume", self.id)
+        try:
+            resumed = await wire.request("thread/resume", params.wire(), ThreadResumeResult)
+        except RpcError as exc:
+            raise NotResumable("the app-server refused to resume the thread") from exc
+        if resumed.thread.id != thread_id:  # another thread than the one asked for
+            raise StepFailed(self.failure("unknown"))
+        self._thread_id = thread_id
+        self.agent_session_id = thread_id
 
     def _frame_tap(self, direction: Direction, frame: Mapping[str, Any]) -> None:
         assert self._tap is not None
