@@ -483,9 +483,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._turn_number += 1
         self._turn_task = task
         self._turn_started_at = anyio.current_time()
-        self._run_progress.begin_turn()
         self.audit.turn = self._turn_number
         self._telemetry.next_turn(self, previous)  # the settled turn's span ends, the next one opens
+        self._run_progress.begin_turn()  # after the settled turn's span took its counts
         self._journal.next_turn(self)
         self._result = None
         self._settled = anyio.Event()

@@ -273,7 +273,9 @@ class Terminal:
     """The chat on a real pseudo-terminal: its controlling terminal, so ``^C`` typed here is
     the line discipline's SIGINT to its foreground process group, as at a real keyboard."""
 
-    def __init__(self, cwd: Path, *args: str) -> None:
+    def __init__(
+        self, cwd: Path, *args: str, command: list[str] = CHAT, env: dict[str, str] | None = None
+    ) -> None:
         self.master, slave = os.openpty()
         attrs = termios.tcgetattr(slave)
         attrs[3] &= ~termios.ECHO  # what is typed is not echoed back: the screen is the chat's own
@@ -283,13 +285,14 @@ class Terminal:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
         self.proc = subprocess.Popen(
-            [*CHAT, *args],
+            [*command, *args],
             cwd=cwd,
             stdin=slave,
             stdout=slave,
             stderr=slave,
             start_new_session=True,
             preexec_fn=controlling_terminal,
+            env=None if env is None else {**os.environ, **env},
         )
         os.close(slave)
         self.screen = ""

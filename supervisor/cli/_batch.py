@@ -149,6 +149,7 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes]
 
         events = BatchEvents(started=progress.started, cancelled=progress.cancelled_run)
         tg.start_soon(watch_signals)
+        tg.start_soon(progress.follow_stages, events.live)
         try:
             async for outcome in batch(
                 lines,

@@ -1,20 +1,28 @@
 """A batch's progress on stderr: a live bar on a terminal, one plain line per run otherwise.
 
-Both end with the summary line ``N completed, M failed, K cancelled in T s``.  Nothing
-here ever writes to stdout (the records may go there).
+On the bar, the running runs are counted by the stage each is in (``7 running (prompt 5,
+initialize 2)``, most first), read from the runs of this process (``BatchEvents.live``;
+runs on Ray workers are counted as running only).  Both end with the summary line ``N
+completed, M failed, K cancelled in T s``.  Nothing here ever writes to stdout (the
+records may go there).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Iterable
 from typing import TextIO
 
+import anyio
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from supervisor._handle import Run
 from supervisor.batching._jobs import BatchError, BatchRecord, Outcome
 
 PROG = "subagents batch"
+STAGES_EVERY = 0.25  # seconds between two counts of the running runs' stages
 
 
 class BatchProgress:
@@ -28,6 +36,7 @@ class BatchProgress:
         self._live = stream.isatty() if live is None else live
         self._progress: Progress | None = None
         self._task: TaskID | None = None
+        self._stages = ""
         if self._live:
             console = Console(file=stream, stderr=True)
             self._progress = Progress(
@@ -48,10 +57,29 @@ class BatchProgress:
     def queued(self) -> int:
         return max(0, self._total - self.completed - self.failed - self.cancelled - self.running)
 
+    @property
+    def live(self) -> bool:
+        return self._live
+
     def _counts(self) -> str:
-        return (
-            f"{self.completed} completed, {self.failed} failed, {self.running} running, {self.queued} queued"
-        )
+        running = f"{self.running} running" + (f" ({self._stages})" if self._stages and self.running else "")
+        return f"{self.completed} completed, {self.failed} failed, {running}, {self.queued} queued"
+
+    def stages(self, runs: Iterable[Run]) -> None:
+        """Count the running ``runs`` by stage (closed names of their vocabularies)."""
+        counts = Counter(run.stage for run in runs if not run.settled)
+        stages = ", ".join(f"{stage} {n}" for stage, n in sorted(counts.items(), key=lambda i: (-i[1], i[0])))
+        if stages != self._stages:
+            self._stages = stages
+            self._refresh()
+
+    async def follow_stages(self, runs: set[Run]) -> None:
+        """On the live bar, recount the stages of ``runs`` (the live set) until cancelled."""
+        if not self._live:
+            return
+        while True:
+            self.stages(list(runs))
+            await anyio.sleep(STAGES_EVERY)
 
     def started(self, _id: str) -> None:
         self.running += 1

@@ -218,6 +218,8 @@ class _Chat:
         run = journaled_run(self.provider, request, trace=self._on_transition)
         self.run = run
         self.progress = _Progress(sys.stderr, enabled=not self.args.trace, stages=run.vocabulary.stages)
+        if self.task_group is not None:
+            self.task_group.start_soon(self.progress.follow, run)
         self._begin_turn(1, starting=True)
         outcome = await converse(run, self._next_task, self.abort, published=self._published)
         self.timer.cancel()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
@@ -48,6 +48,9 @@ from supervisor.process import (
     check_pids,
     parse_memory,
 )
+
+if TYPE_CHECKING:
+    from supervisor.cli._live import LiveLine
 
 
 def command(args: argparse.Namespace, child: list[str]) -> int:
@@ -193,48 +196,54 @@ class _Interruption:
 
 
 class _Progress:
-    """Stage progress on stderr: one live line on a TTY, plain lines otherwise."""
+    """Progress on stderr: on a terminal the run's progress line, live (``_live``); off
+    one, a plain line per stage entered."""
 
     def __init__(self, stream: TextIO, *, enabled: bool, stages: Sequence[str]) -> None:
         self._stream = stream
         self._enabled = enabled
-        self._tty = stream.isatty()
         self._stages = stages
         self._shown: str | None = None
-        self.show(stages[0])
+        self._live: LiveLine | None = None
+        if enabled and stream.isatty():
+            from supervisor.cli._live import LiveLine  # rich: only on a terminal
+
+            self._live = LiveLine(stream, PROG)
+        else:
+            self.show(stages[0])
+
+    async def follow(self, run: Run) -> None:
+        """On a terminal, draw the run's progress line as it moves (until its watch ends)."""
+        if self._live is not None:
+            await self._live.follow(run)
 
     def transition(self, entry: Transition) -> None:
-        if entry.target in self._stages:
+        if self._live is None and entry.target in self._stages:
             self.show(entry.target)
 
     def show(self, stage: str) -> None:
         if not self._enabled or stage == self._shown:
             return
         self._shown = stage
-        if self._tty:
-            self._stream.write(f"\r\033[K{PROG}: {stage}")
-        else:
-            self._stream.write(f"{PROG}: {stage}\n")
+        self._stream.write(f"{PROG}: {stage}\n")
         self._stream.flush()
 
     def done(self) -> None:
-        if self._enabled and self._tty and self._shown is not None:
-            self._stream.write("\r\033[K")
-            self._stream.flush()
+        """The live line, if any, is erased (before an answer is written)."""
+        if self._live is not None:
+            self._live.clear()
 
     def next_turn(self) -> None:
-        """A conversation's turn is over: its live line is cleared and the next turn shows
-        its stage again (plain lines show each stage once)."""
+        """A conversation's turn is over: its live line is erased (the next turn draws its
+        own; plain lines show each stage once)."""
         self.done()
-        if self._tty:
-            self._shown = None
 
     def say(self, line: str) -> None:
-        """One line of its own (the live line, if any, is redrawn after it)."""
-        if self._enabled and self._tty and self._shown is not None:
-            self._stream.write(f"\r\033[K{line}\n{PROG}: {self._shown}")
-        else:
-            self._stream.write(line + "\n")
+        """One line of its own (above the live line, if one is shown)."""
+        if self._live is not None and self._live.shown:
+            self._live.say(line)
+            return
+        self._stream.write(line + "\n")
         self._stream.flush()
 
 
@@ -259,6 +268,7 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     interruption = _Interruption(runs=[run], say=progress.say)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, abort, interruption)
+        tg.start_soon(progress.follow, run)
         if args.timeout is not None:
             tg.start_soon(_timeout, args.timeout, abort, interruption)
         outcome = await supervise(run, abort)

@@ -433,14 +433,13 @@ class ProgressTracker:
         changed (at most one per :data:`WATCH_INTERVAL`; a running turn's clock counts as a
         change every :data:`WATCH_HEARTBEAT`), the last one always, then the end."""
         seen = -1
-        checked_at = delivered_at = -math.inf
+        delivered_at = -math.inf
         last: Progress | None = None
         while True:
             ended = self._ended
             if self._version != seen or last is None or not last.settled:
                 seen = self._version
                 current = self.snapshot()
-                checked_at = self._clock()
                 if current != last:
                     last = current
                     yield current  # never inside a cancel scope: the caller may stop here
@@ -448,14 +447,14 @@ class ProgressTracker:
             if ended:
                 return
             assert last is not None
-            # Wait for a change (or the heartbeat while the turn runs), then keep the pace.
-            paced = max(delivered_at, checked_at) + WATCH_INTERVAL
-            if self._version == seen and not self._ended:
-                beat = None if last.settled else max(delivered_at + WATCH_HEARTBEAT, paced)
-                await self._changed(None if beat is None else beat - self._clock())
-            pause = paced - self._clock()
+            # Keep the pace first (changes meanwhile are coalesced into the next snapshot);
+            # then, if nothing changed, wait for a change (or the heartbeat while it runs).
+            pause = delivered_at + WATCH_INTERVAL - self._clock()
             if pause > 0:
                 await anyio.sleep(pause)
+            if self._version == seen and not self._ended:
+                beat = delivered_at + WATCH_HEARTBEAT - self._clock()
+                await self._changed(None if last.settled else max(beat, WATCH_INTERVAL))
 
     async def _changed(self, within: float | None) -> None:
         wake = self._wake
@@ -463,7 +462,7 @@ class ProgressTracker:
             wake = self._wake = anyio.Event()
         if within is None:
             await wake.wait()
-        elif within > 0:
+        else:
             with anyio.move_on_after(within):
                 await wake.wait()
 

@@ -9,7 +9,8 @@ is disposed, or once its start failed and was rolled back, so it carries the tea
 and the process facts.  Every span of a run shares ``gen_ai.conversation.id``: the run
 id, never the child's session id.  Every audit transition (lifecycle and teardown
 ladder) is an event of the span open at the time, named for the transition's event.
-Only closed facts go in: names, ids, the stop reason, the usage numbers, the failure
+Only closed facts go in: names, ids, the stop reason, the usage numbers, the turn's
+final tool-call counts by closed kind and permission requests by decision, the failure
 line's category, the process outcome.  Never the task, the output or anything the
 child wrote.
 """
@@ -56,6 +57,8 @@ EXIT_CODE = "process.exit.code"
 EXIT_SIGNAL = "subagent.exit.signal"
 ERROR_TYPE = "error.type"
 RESOURCES = "subagent.resources."  # + cpu_s, memory_peak_bytes, pids_peak
+TOOL_CALLS = "subagent.tool_calls."  # + a closed tool kind: the turn's final count
+PERMISSIONS = "subagent.permissions."  # + allowed, denied
 
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -111,6 +114,7 @@ class RunSpan:
         if span is None:
             return
         self._turn_facts(span, previous, run.failure_category)
+        self._progress_facts(span, run)
         # A turn that went idle ends its span then, not at this send: a span's duration is its
         # turn's, never the idle time the parent took to send the next one.
         self._close(span, end_time=self._turn_ended_ns)
@@ -149,6 +153,7 @@ class RunSpan:
         if span is None:
             return
         self._process_facts(span, run)
+        self._progress_facts(span, run)
         failed = self._turn_facts(span, result, run.failure_category)
         if not failed and teardown_error is not None:
             self._fail(span, run.teardown_category or "unknown")
@@ -184,6 +189,17 @@ class RunSpan:
     def _fail(span: trace.Span, error_type: str) -> None:
         span.set_attribute(ERROR_TYPE, error_type)
         span.set_status(Status(StatusCode.ERROR))
+
+    @staticmethod
+    def _progress_facts(span: trace.Span, run: RunFacts) -> None:
+        """The turn's final progress counts (closed kinds and decisions, numbers)."""
+        progress = getattr(run, "progress", None)  # a run built before progress existed has none
+        if progress is None:
+            return
+        for kind, count in progress.tool_calls.items():
+            span.set_attribute(TOOL_CALLS + kind, count)
+        for decision, count in progress.permissions.items():
+            span.set_attribute(PERMISSIONS + decision, count)
 
     @staticmethod
     def _process_facts(span: trace.Span, run: RunFacts) -> None:

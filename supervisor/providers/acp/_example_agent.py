@@ -53,7 +53,8 @@ Directives: a line of the task text that is exactly one of these is obeyed and l
   tool call, then for each call a ``tool_call`` (``pending``) and two ``tool_call_update``
   notifications (``in_progress``, then ``completed``), each followed by the plan with that
   entry's status (no plan for more than 50 calls); KIND is an ACP ``ToolKind``, sent
-  verbatim; ``*N`` repeats it N times (at most 100,000 calls in all).  Nothing is run: it
+  verbatim; ``*N`` repeats it N times (at most 100,000 calls in all); ``@slow`` waits before
+  each call too.  Nothing is run: it
   shows a client's progress display at work.
 - ``@usage``: report usage: the prompt response carries ``usage`` (input tokens: the task's words;
   output tokens: the answer's words) and a ``usage_update`` notification before it carries the
@@ -62,7 +63,8 @@ Directives: a line of the task text that is exactly one of these is obeyed and l
 The same behaviours can be preset through the environment (a directive in the task wins):
 ``SUBAGENT_EXAMPLE_PERMISSION=KIND``, ``SUBAGENT_EXAMPLE_SLOW_MS=MS``, ``SUBAGENT_EXAMPLE_STOP=REASON``,
 ``SUBAGENT_EXAMPLE_FAIL=1``, ``SUBAGENT_EXAMPLE_EXIT=CODE``, ``SUBAGENT_EXAMPLE_RECALL=1``,
-``SUBAGENT_EXAMPLE_USAGE=1``. Malformed values are ignored. Precedence
+``SUBAGENT_EXAMPLE_USAGE=1``, ``SUBAGENT_EXAMPLE_TOOLS=KIND[*N],...``. Malformed values are ignored.
+Precedence
 at the end of a turn: cancel, then exit, then fail, then stop.
 """
 
@@ -148,7 +150,7 @@ class Directives:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Directives:
         directives = cls()
-        for name in ("permission", "slow", "stop", "fail", "exit", "recall", "usage"):
+        for name in ("permission", "slow", "stop", "fail", "exit", "recall", "usage", "tools"):
             key = "SUBAGENT_EXAMPLE_" + ("SLOW_MS" if name == "slow" else name.upper())
             if value := env.get(key, "").strip():
                 directives.apply(name, value)
@@ -414,7 +416,7 @@ class ExampleAgent:
             if task:
                 history.append(task)
                 self._answers.setdefault(session_id, []).append(answer)
-        finished = self._work(session_id, directives.tools)
+        finished = self._work(session_id, directives.tools, delay)
         finished = finished and self._stream(session_id, answer, delay)
         if finished and directives.permission is not None:
             report, finished = self._use_tool(session_id, cwd, directives.permission)
@@ -456,7 +458,7 @@ class ExampleAgent:
         with self._cond:
             return self._cond.wait_for(lambda: session_id in self._cancelled, timeout=wait)
 
-    def _work(self, session_id: str, kinds: list[str]) -> bool:
+    def _work(self, session_id: str, kinds: list[str], delay: float) -> bool:
         """Report a plan and its tool calls (nothing is run); False when cancelled first."""
         if not kinds:
             return True
@@ -468,7 +470,7 @@ class ExampleAgent:
         if planned:
             self._update(session_id, {"sessionUpdate": "plan", "entries": steps})
         for n, kind in enumerate(kinds):
-            if self._is_cancelled(session_id):
+            if self._is_cancelled(session_id, delay):
                 return False
             call = f"example-tool-{n}"
             title = f"Step {n + 1}: {kind}"
