@@ -4,6 +4,10 @@ its refusals, with the built-in example agent keeping its sessions on disk (real
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +21,9 @@ from supervisor import (
     Registry,
     SubagentRequest,
 )
-from supervisor.journal._read import read_run
+from supervisor.journal._read import INTERRUPTED, list_runs, read_run
 from supervisor.providers.acp import Provider, example_agent_config
-from tests.test_journal import wait_children_gone
+from tests.test_journal import CLI, GONE_WITHIN, wait_children_gone, wait_for_turn
 
 
 def registry(journal: Path, sessions: Path, **keys: Any) -> Registry:
@@ -167,3 +171,116 @@ def test_a_run_whose_cwd_is_gone_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest) as caught:
         run_async(again)
     assert str(caught.value) == f"the run's cwd is not an accessible directory: {work}"
+
+
+# -- subagents chat --resume, after the first chat was SIGKILLed -------------------------------
+
+
+def chat_env(journal: Path) -> dict[str, str]:
+    return {**os.environ, "SUBAGENTS_JOURNAL": str(journal)}
+
+
+def test_chat_sigkilled_mid_turn_is_resumed_by_chat_resume(tmp_path: Path) -> None:
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir()
+    keep = ["--env", f"SUBAGENT_EXAMPLE_SESSIONS={sessions}"]
+    first = subprocess.Popen(
+        [*CLI, "chat", *keep],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=chat_env(journal),
+    )
+    try:
+        assert first.stdin is not None
+        assert first.stdout is not None
+        first.stdin.write("the blue door\n")
+        first.stdin.flush()
+        assert first.stdout.readline() == "Hello! You asked: the blue door\n"
+        first.stdin.write("@slow 60000\na turn the kill interrupts\n")
+        first.stdin.flush()
+        run_id = wait_for_turn(journal, 2, "running")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=GONE_WITHIN)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=GONE_WITHIN)
+        for stream in (first.stdin, first.stdout):
+            with contextlib.suppress(OSError):
+                assert stream is not None
+                stream.close()
+    wait_children_gone()
+    [record] = list_runs(journal)
+    assert (record.id, record.state, record.turns) == (run_id, INTERRUPTED, 2)
+
+    second = subprocess.run(
+        [*CLI, "chat", *keep, "--resume", run_id, "--json"],
+        cwd=tmp_path,
+        input="@recall\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert second.returncode == 0, second.stderr
+    turn, end = (json.loads(line) for line in second.stdout.splitlines())
+    # turn 2 was interrupted and is never sent again: the next one is turn 3, and it sees turn 1
+    assert (turn["run_id"], turn["turn"], turn["stop_reason"]) == (run_id, 3, "completed")
+    assert turn["output"].startswith("Earlier in this session you asked: the blue door")
+    assert (end["run_id"], end["turns"], end["quiescent"]) == (run_id, 1, True)
+    record = read_run(journal, run_id)
+    assert record is not None
+    assert (record.state, record.turns, record.resumes) == ("ended", 3, 1)
+    assert [(t.number, t.state) for t in record.turn_records] == [
+        (1, "settled"),
+        (2, INTERRUPTED),
+        (3, "settled"),
+    ]
+    wait_children_gone()
+
+
+def test_chat_resume_with_a_changed_config_exits_2_naming_the_provider(tmp_path: Path) -> None:
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir()
+    keep = ["--env", f"SUBAGENT_EXAMPLE_SESSIONS={sessions}"]
+    done = subprocess.run(
+        [*CLI, "chat", *keep, "--json"],
+        cwd=tmp_path,
+        input="one\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout.splitlines()[0])["run_id"]
+    changed = subprocess.run(
+        [*CLI, "chat", *keep, "--env", "OTHER=1", "--resume", run_id],
+        cwd=tmp_path,
+        input="two\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert changed.returncode == 2
+    assert changed.stderr == (
+        f'subagents: subagent provider "acp" is configured differently than when run {run_id} ran '
+        "(its config digest changed): resume it with the same configuration\n"
+    )
+    unknown = subprocess.run(
+        [*CLI, "chat", *keep, "--resume", "no-such-run"],
+        cwd=tmp_path,
+        input="two\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert (unknown.returncode, unknown.stderr) == (
+        2,
+        f"subagents: no run no-such-run in the journal {journal}\n",
+    )

@@ -51,8 +51,9 @@ from supervisor._abort import AbortSignal
 from supervisor._consumers import headline
 from supervisor._errors import ConversationOver, StartAborted
 from supervisor._handle import Run
-from supervisor._registry import Registry, journaled_run
+from supervisor._registry import Registry, build_run, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
+from supervisor._sequence import RunOutcome, lifetime
 from supervisor._turns import ConversationOutcome, converse
 from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan, run_document
 from supervisor.cli._usage import (
@@ -62,37 +63,57 @@ from supervisor.cli._usage import (
     EXIT_OK,
     EXIT_TERMINATED,
     PROG,
+    ConfigError,
     configure_logging,
 )
+from supervisor.journal._resume import ResumePlan, plan_resume
 
 PROMPT = "> "
 _STATUS = {"SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}
 
 
 def command(args: argparse.Namespace, child: list[str]) -> int:
-    """Plan the chat, check the kind can converse (exit 2 if not), then talk."""
+    """Plan the chat, check the kind can converse (exit 2 if not), then talk.
+
+    ``--resume RUN_ID`` continues a journaled conversation instead (a cold resume): it
+    takes the same ``--config`` (or ``-- COMMAND``) as the chat it continues; the
+    provider defaults to the one the run had.  A changed configuration, an unknown run,
+    a run another process holds and a run that cannot be resumed are refused before
+    anything spawns (exit 2)."""
+    from supervisor.cli._journal import open_for_command, provider_of
+
+    if args.resume is not None and args.provider is None and args.config is not None:
+        args.provider = provider_of(args, args.resume)
     chat_plan = plan(args, child, task="")
     config = chat_plan.entry.build(chat_plan.overrides)
     provider = chat_plan.entry.provider(config)
-    registry = Registry()
-    registry.register(provider)
     # Refused before anything spawns (and before a line is read) when the kind cannot converse.
-    registry.check(
+    checking = Registry()
+    checking.register(provider)
+    checking.check(
         provider.name, SubagentRequest(task="chat", parent_cwd=chat_plan.parent_cwd), conversation=True
     )
     configure_logging(args.verbose)
-    from supervisor.cli._journal import open_for_command
-
-    open_for_command(args, args.config)
+    journal = open_for_command(args, args.config)
+    registry = Registry(journal=journal)
+    registry.register(provider)
+    if args.resume is not None and journal is None:
+        raise ConfigError("--resume needs the journal, which is turned off here")
     telemetry.configure_from_cli(args.otel)
     try:
-        return anyio.run(_talk, chat_plan, args, provider, backend="asyncio")
+        return anyio.run(_talk, chat_plan, args, provider, registry, backend="asyncio")
     finally:
         telemetry.shutdown()
 
 
-async def _talk(chat_plan: _Plan, args: argparse.Namespace, provider: Any) -> int:
-    return await _Chat(chat_plan, args, provider).main()  # its cancel scopes need the event loop
+async def _talk(chat_plan: _Plan, args: argparse.Namespace, provider: Any, registry: Registry) -> int:
+    chat = _Chat(chat_plan, args, provider, registry=registry)  # its cancel scopes need the event loop
+    if args.resume is None:
+        return await chat.main()
+    assert registry.journal is not None
+    # Refused before anything spawns (exit 2): an unknown run, a changed config, a one-shot run.
+    resumed = plan_resume(registry.journal, args.resume, lookup=registry.get, probe=build_run)
+    return await chat.resume(resumed)
 
 
 class _Lines:
@@ -177,6 +198,8 @@ class _Chat:
     task_group: anyio.abc.TaskGroup | None = None
     lines: _Lines | None = None
     prompting: bool = False  # the prompt is on the terminal, awaiting a line
+    registry: Registry | None = None
+    first_turn: int = 1  # the number of this process's first turn (a resumed chat: the next one)
 
     @property
     def tty(self) -> bool:
@@ -212,6 +235,63 @@ class _Chat:
         if outcome is None:  # no line was ever sent: nothing started
             return self._status_of(None)
         return self._report_end(outcome)
+
+    async def resume(self, resumed: ResumePlan) -> int:
+        """A cold resume: the conversation reopens idle, then every line is the next turn."""
+        assert self.registry is not None
+        self.lines = _Lines(sys.stdin.fileno())
+        outcome: ConversationOutcome | None = None
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(self._watch_signals)
+            self.lines.start()
+            try:
+                outcome = await self._continue(resumed)
+            except ConversationOver as exc:  # the agent cannot continue the session
+                self.say(f"{PROG}: {exc}")
+                self.failed = True
+            tg.cancel_scope.cancel()
+        if outcome is None:
+            return self._status_of(None)
+        return self._report_end(outcome)
+
+    async def _continue(self, resumed: ResumePlan) -> ConversationOutcome:
+        assert self.registry is not None
+        run = self.registry.create_run(
+            resumed.provider, resumed.request, trace=self._on_transition, session=resumed.session
+        )
+        self.run = run
+        self.first_turn = resumed.session.turns_before + 1
+        self.progress = _Progress(sys.stderr, enabled=not self.args.trace, stages=run.vocabulary.stages)
+        self._begin_turn(resumed.session.turns_before, starting=True)  # --timeout bounds the start
+        results: list[SubagentResult] = []
+        not_sent: ConversationOver | None = None
+
+        async def turns() -> None:
+            nonlocal not_sent
+            self.timer.cancel()
+            self.phase = "waiting"
+            if self.progress is not None:
+                self.progress.next_turn()
+            while self.cause is None and (line := await self._read_line()) is not None:
+                self._begin_turn(run.turn + 1)
+                try:
+                    result = await run.send(line)
+                except ConversationOver as exc:
+                    not_sent = exc
+                    break
+                results.append(result)
+                self.timer.cancel()
+                self.phase = "waiting"
+                self._report_turn(run.turn, result)
+
+        start_error, teardown_error = await lifetime(run, self.abort, turns, conversation=True)
+        self.timer.cancel()
+        if not_sent is not None:
+            self._report_not_sent(not_sent)
+        last = results[-1] if results else None
+        end = RunOutcome(run, last, start_error, teardown_error)
+        return ConversationOutcome(end, tuple(results), not_sent)
 
     async def _converse(self, first: str) -> ConversationOutcome:
         request = SubagentRequest(task=first, parent_cwd=self.plan.parent_cwd)
@@ -377,7 +457,7 @@ class _Chat:
         end = outcome.end
         if not end.started or outcome.not_sent is not None or end.teardown_error is not None:
             return EXIT_FAILED
-        for number, result in enumerate(outcome.results, start=1):
+        for number, result in enumerate(outcome.results, start=self.first_turn):
             if result.stop_reason != StopReason.COMPLETED and number not in self.user_cancelled:
                 return EXIT_FAILED
         return EXIT_OK if end.quiescent else EXIT_FAILED

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,21 @@ def open_for_command(args: argparse.Namespace, config: Path | None = None) -> An
     return journal
 
 
+def provider_of(args: argparse.Namespace, run_id: str) -> str | None:
+    """The provider name a journaled run had (``chat --resume`` picks that config entry),
+    or None when the journal cannot say (the resume's own checks then say why)."""
+    from supervisor.journal._read import JournalUnreadable, read_run
+
+    path, _ = resolve(args, args.config)
+    if path is None:
+        return None
+    try:
+        record = read_run(path, run_id)
+    except JournalUnreadable:
+        return None
+    return None if record is None else record.provider
+
+
 # -- runs and show --------------------------------------------------------------------------
 
 
@@ -132,6 +148,24 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
+def _quiet_pipe(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A reader piped into ``head`` that stops reading is not an error."""
+
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            status = command(args)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return EXIT_OK
+        return status
+
+    return wrapped
+
+
+@_quiet_pipe
 def runs_command(args: argparse.Namespace) -> int:
     from supervisor.journal._read import JournalUnreadable, list_runs
 
@@ -164,6 +198,7 @@ def runs_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@_quiet_pipe
 def show_command(args: argparse.Namespace) -> int:
     from supervisor.journal._read import JournalUnreadable, read_run
 

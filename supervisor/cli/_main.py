@@ -130,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
         timeout_help="cancel a turn after SECONDS (the first turn's start included)",
         json_help="print one JSON object per turn, then one for the conversation, on stdout",
     )
+    chat.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        help="continue a journaled conversation (same --config or -- COMMAND as the chat it continues)",
+    )
     chat.usage = chat.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
 
     diagrams = commands.add_parser(
