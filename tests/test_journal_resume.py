@@ -231,10 +231,10 @@ def test_chat_sigkilled_mid_turn_is_resumed_by_chat_resume(tmp_path: Path) -> No
     assert (turn["run_id"], turn["turn"], turn["stop_reason"]) == (run_id, 3, "completed")
     assert turn["output"].startswith("Earlier in this session you asked: the blue door")
     assert (end["run_id"], end["turns"], end["quiescent"]) == (run_id, 1, True)
-    record = read_run(journal, run_id)
-    assert record is not None
-    assert (record.state, record.turns, record.resumes) == ("ended", 3, 1)
-    assert [(t.number, t.state) for t in record.turn_records] == [
+    resumed = read_run(journal, run_id)
+    assert resumed is not None
+    assert (resumed.state, resumed.turns, resumed.resumes) == ("ended", 3, 1)
+    assert [(t.number, t.state) for t in resumed.turn_records] == [
         (1, "settled"),
         (2, INTERRUPTED),
         (3, "settled"),
