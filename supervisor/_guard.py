@@ -7,9 +7,12 @@ raises an ``ExceptionGroup``, and the child and its descendants keep running.  S
 tasks a run starts (the provider's readers, the process layer's watchers, the base's
 own) run under :class:`GuardedTaskGroup`: an ``Exception`` a task raises goes to the
 run (``on_error``), which settles as an ``unknown`` failure and is torn down like any
-other failed run; siblings keep running until that teardown.  Cancellation and other
-``BaseException``\\ s pass through untouched (trio's ``run_process`` rule: the child is
-gone before an error arrives, and the caller's cancellation is never eaten).
+other failed run; siblings keep running until that teardown.  So does any other
+``BaseException`` a provider's code raises (``SystemExit``, ``KeyboardInterrupt`` or
+``GeneratorExit`` raised by a hook): it is a bug of the provider's like any exception,
+and letting it go on would leave the child running and the caller's task group waiting
+for it.  Only a cancellation passes through untouched (trio's ``run_process`` rule: the
+child is gone before an error arrives, and the caller's cancellation is never eaten).
 """
 
 from __future__ import annotations
@@ -19,10 +22,19 @@ from contextvars import Context
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+import anyio
 from anyio import TaskHandle
 from anyio.abc import TaskGroup, TaskStatus
 
 T = TypeVar("T")
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation (of the running backend), or a group holding one:
+    the one kind of ``BaseException`` from a provider's code the base lets go on."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(is_cancellation(inner) for inner in exc.exceptions)
+    return isinstance(exc, anyio.get_cancelled_exc_class())
 
 
 class GuardedTaskGroup(TaskGroup):
@@ -34,7 +46,7 @@ class GuardedTaskGroup(TaskGroup):
     the run: entering or leaving it here is refused.
     """
 
-    def __init__(self, group: TaskGroup, on_error: Callable[[Exception], None]) -> None:
+    def __init__(self, group: TaskGroup, on_error: Callable[[BaseException], None]) -> None:
         self._group = group
         self._on_error = on_error
         self.cancel_scope = group.cancel_scope
@@ -55,8 +67,8 @@ class GuardedTaskGroup(TaskGroup):
             status = _Status(task_status)
             try:
                 await func(*args, task_status=status)
-            except Exception as exc:
-                if not status.reported:
+            except BaseException as exc:
+                if is_cancellation(exc) or not status.reported:
                     raise  # the starter gets it
                 self._on_error(exc)
 
@@ -65,7 +77,9 @@ class GuardedTaskGroup(TaskGroup):
     async def _guarded(self, coro: Coroutine[Any, Any, T]) -> T | None:
         try:
             return await coro
-        except Exception as exc:
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
             self._on_error(exc)
             return None
 

@@ -105,7 +105,7 @@ from supervisor._errors import (
     TeardownFailed,
     TurnInProgress,
 )
-from supervisor._guard import GuardedTaskGroup
+from supervisor._guard import GuardedTaskGroup, is_cancellation
 from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
@@ -218,7 +218,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._output_arrived = anyio.Event()
         self._remote_cancel_done: anyio.Event | None = None
         self._start_scope: anyio.CancelScope | None = None
-        self._task_error: Exception | None = None
+        self._task_error: BaseException | None = None
         self._categories: dict[str, str] = {}  # failure line -> category, of the facts built here
         self._failure_category: str | None = None
         self._teardown_category: str | None = None
@@ -434,7 +434,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 self._raise_if_over()
             try:
                 self.begin_turn()
-            except Exception as exc:  # a provider's bug: no turn can begin on this session
+            except BaseException as exc:  # a provider's bug: no turn can begin on this session
+                if is_cancellation(exc):
+                    raise
                 log.error("run %s: begin_turn() failed; the conversation ends", self.id)
                 raw_failure("run %s: the raw begin_turn failure", self.id, exc=exc)
                 self._end_conversation(ConversationEnd.SESSION_UNUSABLE, CommonEvent.CONVERSATION_ENDED)
@@ -838,7 +840,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
                     failure = exc
                 except NotResumable as exc:
                     refused = exc
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit and the like too: only a cancellation goes on
+                    if is_cancellation(exc):
+                        raise
                     failure = StepFailed(self.failure("unknown"))
                     failure.__cause__ = exc
                 finally:
@@ -1020,7 +1024,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
                     if exc.__cause__ is not None:
                         raw_failure("run %s: the raw failure", self.id, exc=exc.__cause__)
                     result, category = self._failure_result(exc.facts, exc.extra_line), exc.facts.category
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit and the like too: only a cancellation goes on
+                    if is_cancellation(exc):
+                        raise
                     log.warning("run %s: failed in stage %s", self.id, self.stage)
                     raw_failure("run %s: the raw failure", self.id, exc=exc)
                     result, category, raised = self._failure_result(self.failure("unknown")), "unknown", True
@@ -1079,7 +1085,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         diagnostic = bound_diagnostic(join_lines(lines[0], limit.line(), *lines[1:]))
         return result.model_copy(update={"stop_reason": StopReason.ERROR, "diagnostic": diagnostic}), category
 
-    def _task_failed(self, exc: Exception) -> None:
+    def _task_failed(self, exc: BaseException) -> None:
         """A task on the run's task group raised (a provider's bug, as a rule).
 
         Before publication the start is cancelled and fails as ``unknown``; after it the
@@ -1106,7 +1112,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         """The provider's partial output, or nothing when asking for it fails."""
         try:
             return self.partial_output()
-        except Exception as exc:
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
             log.error("run %s: partial_output() failed", self.id)
             raw_failure("run %s: the raw partial_output failure", self.id, exc=exc)
             return ""
@@ -1140,7 +1148,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
     def _session_usable(self) -> bool:
         try:
             return self.session_usable()
-        except Exception as exc:  # a provider's bug: the session cannot be trusted with a turn
+        except BaseException as exc:  # a provider's bug: the session cannot be trusted with a turn
+            if is_cancellation(exc):
+                raise
             log.error("run %s: session_usable() failed; the conversation ends", self.id)
             raw_failure("run %s: the raw session_usable failure", self.id, exc=exc)
             return False
@@ -1199,7 +1209,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         try:
             with anyio.move_on_after(REMOTE_CANCEL_TIMEOUT):
                 await self.remote_cancel()
-        except Exception as exc:
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
             raw_failure("run %s: remote cancel failed", self.id, exc=exc)
         finally:
             done.set()
@@ -1243,7 +1255,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 await self._remote_cancel_done.wait()
         try:
             await self.before_ladder()
-        except Exception as exc:  # a polite shutdown is best effort; the ladder still runs
+        except BaseException as exc:  # a polite shutdown is best effort; the ladder still runs
+            if is_cancellation(exc):
+                raise
             log.warning("run %s: protocol shutdown failed", self.id)
             raw_failure("run %s: the raw shutdown failure", self.id, exc=exc)
         if self.process is not None:
@@ -1254,7 +1268,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
             )
         try:
             await self.after_ladder()
-        except Exception as exc:
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
             log.warning("run %s: releasing protocol resources failed", self.id)
             raw_failure("run %s: the raw release failure", self.id, exc=exc)
         self._quiescent = report is None or report.quiescent
@@ -1266,7 +1282,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._record(CommonEvent.TREE_SURVIVED)
         try:
             facts = self.teardown_facts(report)
-        except Exception as exc:
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
             raw_failure("run %s: teardown_facts() failed", self.id, exc=exc)
             facts = ProviderRun.teardown_facts(self, report)
         self._teardown_category = facts.category

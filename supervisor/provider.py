@@ -56,6 +56,18 @@ Helpers for the child itself: :class:`ManagedProcess` (spawned with
 ``ProviderRun.spawn_child`` from ``ProviderRun.spawn_spec``), :class:`LineReader` (the
 frame-bounded line reader), :func:`child_environment` (the scrubbed environment), and
 the one UTF-8 text cap (:class:`CappedText`, :func:`cap_text`, :func:`utf8_prefix`).
+
+The framing and JSON-RPC tools the built-in clients use, the same objects: a frame is
+read with :class:`LineReader` (at most ``max_frame_bytes``, else :class:`FrameTooLarge`)
+and parsed with :func:`parse_frame` (invalid UTF-8 becomes U+FFFD, as
+:func:`decode_frame` does for a text line; a frame nested deeper than
+:data:`MAX_FRAME_DEPTH` raises :class:`FrameTooDeep`, which a kind reports as
+``<stage>/protocol``); :func:`encode_frame` writes one compact JSON line and
+:class:`FrameWriter` one frame at a time; :class:`PendingRequests` of :class:`Pending`
+match answers to requests by id (:data:`RequestId`, :func:`is_request_id`);
+:class:`CloseOnce` ends a connection once with its first reason; and
+:class:`InboundRequests` bounds the child's unanswered requests
+(:data:`DEFAULT_MAX_INFLIGHT_REQUESTS`).  ``docs/authors.md`` shows them at work.
 """
 
 from __future__ import annotations
@@ -111,9 +123,24 @@ from supervisor.run._progress import PERMISSION_DECISIONS as PERMISSION_DECISION
 from supervisor.run._progress import PLAN_STATUSES as PLAN_STATUSES
 from supervisor.run._progress import TOOL_CALL_STATUSES as TOOL_CALL_STATUSES
 from supervisor.run._progress import TOOL_KINDS as TOOL_KINDS
+from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS as DEFAULT_MAX_INFLIGHT_REQUESTS
+from supervisor.wire import MAX_FRAME_DEPTH as MAX_FRAME_DEPTH
+from supervisor.wire import CloseOnce as CloseOnce
+from supervisor.wire import FrameTooDeep as FrameTooDeep
+from supervisor.wire import FrameWriter as FrameWriter
+from supervisor.wire import InboundRequests as InboundRequests
+from supervisor.wire import Pending as Pending
+from supervisor.wire import PendingRequests as PendingRequests
+from supervisor.wire import RequestId as RequestId
+from supervisor.wire import decode_frame as decode_frame
+from supervisor.wire import encode_frame as encode_frame
+from supervisor.wire import is_request_id as is_request_id
+from supervisor.wire import parse_frame as parse_frame
 
 __all__ = (
+    "DEFAULT_MAX_INFLIGHT_REQUESTS",
     "MAX_DIAGNOSTIC_BYTES",
+    "MAX_FRAME_DEPTH",
     "NO_CAPABILITIES",
     "PERMISSION_DECISIONS",
     "PLAN_STATUSES",
@@ -124,6 +151,7 @@ __all__ = (
     "TRUNCATED_MARK",
     "Capabilities",
     "CappedText",
+    "CloseOnce",
     "ClosedField",
     "CommandConfig",
     "CommonEvent",
@@ -131,17 +159,23 @@ __all__ = (
     "DecisionField",
     "ExitFacts",
     "FailureFacts",
+    "FrameTooDeep",
     "FrameTooLarge",
+    "FrameWriter",
+    "InboundRequests",
     "IntegerField",
     "Lifecycle",
     "LineReader",
     "ManagedProcess",
     "NotResumable",
+    "Pending",
+    "PendingRequests",
     "Provider",
     "ProviderConfig",
     "ProviderKind",
     "ProviderRun",
     "Readiness",
+    "RequestId",
     "Run",
     "RunContext",
     "SessionPlan",
@@ -162,6 +196,10 @@ __all__ = (
     "child_environment",
     "common_rows",
     "config_digest",
+    "decode_frame",
+    "encode_frame",
+    "is_request_id",
     "join_lines",
+    "parse_frame",
     "utf8_prefix",
 )

@@ -60,6 +60,14 @@ VOCABULARY = Vocabulary(
 )
 
 
+BASE_EXCEPTIONS: dict[str, type[BaseException]] = {
+    "SystemExit": SystemExit,
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+}
+"""Exceptions that are not a cancellation (``BaseException`` only), raised by a hook as a provider's bug."""
+
+
 class BugConfig(ProviderConfig):
     bug: str = "none"
     answer_bytes: int = 0
@@ -80,6 +88,8 @@ class BuggyRun(ProviderRun[BugConfig]):
         if self.config.bug == "task-during-start":
             self.task_group.start_soon(self._crash)
             await anyio.sleep_forever()  # without the base's guard the start never ends
+        if self.config.bug.startswith("handshake-raises:"):
+            raise BASE_EXCEPTIONS[self.config.bug.partition(":")[2]]()
         self.fact(BugEvent.READY)
 
     async def drive(self) -> SubagentResult:
@@ -87,6 +97,11 @@ class BuggyRun(ProviderRun[BugConfig]):
         if bug == "task-after-publication":
             self.task_group.start_soon(self._crash)
             await anyio.sleep_forever()  # the failed task settles the run
+        if bug.startswith("drive-raises:"):
+            raise BASE_EXCEPTIONS[bug.partition(":")[2]]()
+        if bug.startswith("task-raises:"):
+            self.task_group.start_soon(self._crash_with, BASE_EXCEPTIONS[bug.partition(":")[2]])
+            await anyio.sleep_forever()
         if bug == "step-failed":
             raise StepFailed(self.failure("transport"), extra_line="Buggy extra line")
         if bug in ("partial-output", "hang"):
@@ -96,6 +111,9 @@ class BuggyRun(ProviderRun[BugConfig]):
 
     async def _crash(self) -> None:
         raise RuntimeError("a provider's bug")
+
+    async def _crash_with(self, exc_type: type[BaseException]) -> None:
+        raise exc_type()
 
     def partial_output(self) -> str:
         if self.config.bug == "partial-output":
@@ -210,3 +228,47 @@ async def test_the_base_run_applies_max_output_bytes(tmp_path: Path, answer: int
         assert output == "é" * ((limit - len(TRUNCATED_MARK.encode())) // 2) + TRUNCATED_MARK
     else:
         assert output == "é" * (limit // 2)
+
+
+@pytest.mark.parametrize("exc", list(BASE_EXCEPTIONS))
+async def test_a_base_exception_in_handshake_fails_the_start_as_unknown(tmp_path: Path, exc: str) -> None:
+    """Not a cancellation: the start fails ``unknown`` and is rolled back (it used to make
+    ``Registry.run`` wait for ever, the child alive, an enclosing ``fail_after`` unfired)."""
+    registry_, provider = registry(bug=f"handshake-raises:{exc}")
+    with anyio.fail_after(60), pytest.raises(StartFailed) as info:
+        async with registry_.run("buggy", request(tmp_path)):
+            pytest.fail("must not publish")
+    assert str(info.value) == "Subagent failure (provider: Buggy; stage: greet; category: unknown)"
+    assert info.value.quiescent
+    assert provider.runs[0].state == "quiescent"
+    assert_gone(provider.runs[0].pids)
+
+
+@pytest.mark.parametrize("where", ["drive-raises", "task-raises"])
+@pytest.mark.parametrize("exc", list(BASE_EXCEPTIONS))
+async def test_a_base_exception_after_publication_settles_unknown(tmp_path: Path, where: str, exc: str) -> None:
+    """From ``drive()`` or a task of the run: the run settles ``unknown`` and the tree goes
+    (it used to escape as a ``BaseExceptionGroup`` after the dispose graces)."""
+    registry_, provider = registry(bug=f"{where}:{exc}")
+    with anyio.fail_after(60):
+        async with registry_.run("buggy", request(tmp_path)) as run:
+            result = await run.result()
+    assert result == SubagentResult(
+        output="partial",
+        stop_reason=StopReason.ERROR,
+        diagnostic="Subagent failure (provider: Buggy; stage: work; category: unknown)",
+    )
+    assert run.state == "quiescent"
+    assert provider.runs[0].failure_category == "unknown"
+    assert_gone(provider.runs[0].pids)
+
+
+async def test_a_cancellation_is_never_taken_for_a_bug(tmp_path: Path) -> None:
+    """The caller's cancellation still cancels: the start is rolled back and nothing settles
+    ``unknown``."""
+    registry_, provider = registry(bug="task-during-start")
+    with anyio.move_on_after(0) as scope:
+        async with registry_.run("buggy", request(tmp_path)):
+            pytest.fail("must not publish")
+    assert scope.cancelled_caught
+    assert provider.runs[0].failure_category != "unknown"

@@ -129,6 +129,20 @@ AUTHORS = {
     "cap_text",
     "utf8_prefix",
     "TRUNCATED_MARK",
+    # framing and JSON-RPC: the tools the built-in clients use
+    "decode_frame",
+    "parse_frame",
+    "FrameTooDeep",
+    "MAX_FRAME_DEPTH",
+    "encode_frame",
+    "FrameWriter",
+    "Pending",
+    "PendingRequests",
+    "RequestId",
+    "is_request_id",
+    "CloseOnce",
+    "InboundRequests",
+    "DEFAULT_MAX_INFLIGHT_REQUESTS",
 }
 
 # Names 0.2 exported from ``supervisor`` that are an author's: importable with a warning.
@@ -279,3 +293,20 @@ def test_doctor_says_when_supervisord_shares_the_name(tmp_path: Path) -> None:
     mixed.__file__ = theirs.__file__
     mixed.PROVIDERS_GROUP = supervisor.PROVIDERS_GROUP  # type: ignore[attr-defined]
     assert package_line(mixed) == expected  # ours won, but their files are mixed in
+
+
+def test_authors_frame_a_childs_text_as_the_built_in_kinds_do() -> None:
+    """The framing tools are public and the same objects the built-in clients use."""
+    from supervisor import provider, wire
+
+    for name in ("parse_frame", "decode_frame", "FrameTooDeep", "MAX_FRAME_DEPTH", "PendingRequests"):
+        assert getattr(provider, name) is getattr(wire, name)
+    assert provider.parse_frame(b'{"text": "caf\xe9"}') == {"text": "caf\ufffd"}
+    assert provider.decode_frame(b"caf\xe9") == "caf\ufffd"
+    deep = b"[" * (provider.MAX_FRAME_DEPTH + 1) + b"]" * (provider.MAX_FRAME_DEPTH + 1)
+    with pytest.raises(provider.FrameTooDeep):
+        provider.parse_frame(deep)
+    with pytest.raises(provider.FrameTooDeep):
+        provider.parse_frame(b"[" * 100_000)  # too deep to parse at all
+    assert provider.parse_frame(b"[" * provider.MAX_FRAME_DEPTH + b"]" * provider.MAX_FRAME_DEPTH) is not None
+    assert provider.encode_frame({"id": 1}) == b'{"id":1}\n'

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from supervisor._public import home
+
 MAX_FRAME_DEPTH = 100
 """The deepest nesting of arrays and objects a frame may have."""
 
@@ -59,3 +61,6 @@ def _too_deep(value: object) -> bool:
                     return True
                 stack.append((child, depth + 1))
     return False
+
+
+home("supervisor.provider", FrameTooDeep, decode_frame, parse_frame)

@@ -24,6 +24,8 @@ from typing import Generic, TypeVar
 
 import anyio
 
+from supervisor._public import home
+
 __all__ = [
     "DEFAULT_MAX_INFLIGHT_REQUESTS",
     "CloseOnce",
@@ -188,3 +190,15 @@ class InboundRequests:
         """One request was answered (or its answer abandoned)."""
         if self._open > 0:
             self._open -= 1
+
+
+home(
+    "supervisor.provider",
+    Pending,
+    PendingRequests,
+    CloseOnce,
+    FrameWriter,
+    InboundRequests,
+    encode_frame,
+    is_request_id,
+)
