@@ -156,8 +156,12 @@ class Usage(BaseModel):
 
         A value that is not a valid number for its field (negative, a string, a bool,
         NaN, out of range) is dropped, never raised and never copied; None when
-        nothing valid remains.
+        nothing valid remains, or when ``fields`` is not a mapping at all.  (Building
+        ``Usage(...)`` directly raises pydantic's ``ValidationError``, whose text quotes
+        the value: never build it from a child's numbers that way.)
         """
+        if not isinstance(fields, Mapping):  # the child reported something else entirely
+            return None
         kept: dict[str, object] = {}
         for name in cls.model_fields:
             value = fields.get(name)
@@ -165,7 +169,7 @@ class Usage(BaseModel):
                 continue
             try:
                 cls.model_validate({name: value})
-            except ValidationError:
+            except (ValidationError, ValueError, TypeError, OverflowError):
                 continue
             kept[name] = value
         return cls.model_validate(kept) if kept else None

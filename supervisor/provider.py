@@ -106,6 +106,7 @@ from supervisor._seam import SessionPlan as SessionPlan
 from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
+from supervisor._seam import Usage as Usage
 from supervisor._text import TRUNCATED_MARK as TRUNCATED_MARK
 from supervisor._text import CappedText as CappedText
 from supervisor._text import cap_text as cap_text
@@ -189,6 +190,7 @@ __all__ = (
     "TeardownReport",
     "Transition",
     "TransitionSink",
+    "Usage",
     "Vocabulary",
     "bound_diagnostic",
     "build_lifecycle",

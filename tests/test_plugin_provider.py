@@ -63,6 +63,11 @@ def test_a_run_completes_through_the_cli(plugin_path: str, tmp_path: Path) -> No
     assert proc.stdout == "hello there\n"
 
 
+def test_invalid_utf8_from_the_child_is_replaced_never_a_crash(plugin_path: str, tmp_path: Path) -> None:
+    proc = subagents(plugin_path, "run", "--config", str(write_config(tmp_path)), "latin-1", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, "caf\ufffd\n"), proc.stderr
+
+
 def test_a_failure_carries_the_kinds_own_label(plugin_path: str, tmp_path: Path) -> None:
     proc = subagents(plugin_path, "run", "--config", str(write_config(tmp_path)), "fail", cwd=tmp_path)
     assert proc.returncode == 1

@@ -111,6 +111,7 @@ AUTHORS = {
     "StopReason",
     "SubagentRequest",
     "SubagentResult",
+    "Usage",
     # progress, fed with closed values
     "TOOL_KINDS",
     "TOOL_CALL_STATUSES",
@@ -310,3 +311,21 @@ def test_authors_frame_a_childs_text_as_the_built_in_kinds_do() -> None:
         provider.parse_frame(b"[" * 100_000)  # too deep to parse at all
     assert provider.parse_frame(b"[" * provider.MAX_FRAME_DEPTH + b"]" * provider.MAX_FRAME_DEPTH) is not None
     assert provider.encode_frame({"id": 1}) == b'{"id":1}\n'
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        ["input_tokens", 3],
+        "input_tokens=3",
+        {"input_tokens": "12", "output_tokens": -1, "cost_usd": float("nan")},
+        {"input_tokens": 10**400, "cached_input_tokens": True, "output_tokens": {"n": 1}},
+    ],
+)
+def test_usage_from_reported_drops_what_is_not_a_number_and_never_raises(reported: object) -> None:
+    assert supervisor.provider.Usage.from_reported(reported) is None  # type: ignore[arg-type]
+
+
+def test_usage_from_reported_keeps_the_valid_numbers() -> None:
+    usage = supervisor.provider.Usage.from_reported({"input_tokens": 5, "output_tokens": "x", "cost_usd": 0.5})
+    assert usage == supervisor.Usage(input_tokens=5, cost_usd=0.5)

@@ -27,6 +27,7 @@ from supervisor.provider import (
     Vocabulary,
     build_lifecycle,
     common_rows,
+    decode_frame,
 )
 
 CHILD = Path(__file__).with_name("child.py")
@@ -90,7 +91,8 @@ class EchoRun(ProviderRun[Config]):
         await self.process.stdin.drain()
         line = await self.process.stdout.readline()
         if line.startswith(b"echo: "):
-            self._answer = line.decode().removeprefix("echo: ").rstrip("\n")
+            # decode_frame: invalid UTF-8 from the child becomes U+FFFD, never a crash
+            self._answer = decode_frame(line).removeprefix("echo: ").rstrip("\n")
             self.fact(EchoEvent.ANSWERED)
             return SubagentResult(output=self._answer, stop_reason=StopReason.COMPLETED)
         exit_facts = await self.process.wait_exit(within=self.config.term_grace)
