@@ -22,7 +22,9 @@ from supervisor._public import home
 from supervisor.process import (
     HOST_GROUPS,
     CgroupContainment,
+    Containment,
     Limits,
+    ProcessTreeContainment,
     check_pids,
     detect_containment,
     host_group_name,
@@ -45,8 +47,9 @@ def set_host_ceiling(
     runs go under when the providers configure one (default: this process's own).
     Raises :class:`~supervisor.ConfigurationError` when a value is bad or the ceiling
     cannot be enforced here (the text says why, or which file the kernel refused).
-    Runs in ``process-tree`` containment are not covered (the kernel keeps no group
-    of them).
+    A run in ``process-tree`` containment cannot be under it (the kernel keeps no group
+    of it): while a ceiling is set, building one is a :class:`~supervisor.ConfigurationError`
+    (:func:`refuse_uncovered`), never a run the ceiling silently does not bound.
     """
     try:
         memory = None if memory_max is None else parse_memory(memory_max)
@@ -77,6 +80,22 @@ def set_host_ceiling(
         log.info("host ceiling %s on %s", ceiling, ", ".join(str(group) for group in groups))
     except LimitRefused as exc:
         raise ConfigurationError(f"host ceiling: {exc.filename} refused ({exc.strerror})") from exc
+
+
+def uncovered_reason(tree: Containment) -> str | None:
+    """Why a run in ``tree`` would escape the host ceiling now set, or None when it would not
+    (no ceiling, or a run in a cgroup under the host group)."""
+    if not HOST_GROUPS.ceiling.controllers or not isinstance(tree, ProcessTreeContainment):
+        return None
+    return "the host ceiling cannot be enforced for runs in process-tree containment"
+
+
+def refuse_uncovered(tree: Containment, provider_name: str) -> None:
+    """Raise :class:`~supervisor.ConfigurationError` for a run the host ceiling cannot bound
+    (SPEC section 15: a limit that cannot be enforced is a configuration error)."""
+    reason = uncovered_reason(tree)
+    if reason is not None:
+        raise ConfigurationError(f'subagent provider "{provider_name}": {reason}')
 
 
 def host_limit_lines() -> list[str]:

@@ -106,6 +106,7 @@ from supervisor._errors import (
     TurnInProgress,
 )
 from supervisor._guard import GuardedTaskGroup, is_cancellation
+from supervisor._host_limits import refuse_uncovered
 from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._logging import raw_failure
 from supervisor._public import home
@@ -193,6 +194,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             if context.tree is not None
             else containment_for(context.config.containment, context.config.cgroup_root)
         )
+        refuse_uncovered(self.tree, context.provider_name)  # a host ceiling bounds every run, or none starts
         self.provider_name = context.provider_name
         self.config: ConfigT = context.config
         self.request = context.request

@@ -246,7 +246,9 @@ async def test_a_base_exception_in_handshake_fails_the_start_as_unknown(tmp_path
 
 @pytest.mark.parametrize("where", ["drive-raises", "task-raises"])
 @pytest.mark.parametrize("exc", list(BASE_EXCEPTIONS))
-async def test_a_base_exception_after_publication_settles_unknown(tmp_path: Path, where: str, exc: str) -> None:
+async def test_a_base_exception_after_publication_settles_unknown(
+    tmp_path: Path, where: str, exc: str
+) -> None:
     """From ``drive()`` or a task of the run: the run settles ``unknown`` and the tree goes
     (it used to escape as a ``BaseExceptionGroup`` after the dispose graces)."""
     registry_, provider = registry(bug=f"{where}:{exc}")

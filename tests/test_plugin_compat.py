@@ -63,7 +63,9 @@ def config(tmp_path: Path, kind: str) -> str:
 
 
 def test_a_02_plugin_runs_through_the_cli(legacy_path: str, tmp_path: Path) -> None:
-    proc = subagents(legacy_path, "run", "--config", config(tmp_path, "legacy-echo"), "hello there", cwd=tmp_path)
+    proc = subagents(
+        legacy_path, "run", "--config", config(tmp_path, "legacy-echo"), "hello there", cwd=tmp_path
+    )
     assert (proc.returncode, proc.stdout) == (0, "hello there\n"), proc.stderr
     assert "Traceback" not in proc.stderr
     assert "Warning" not in proc.stderr  # Python's default filters show no DeprecationWarning here
@@ -153,7 +155,7 @@ BROKEN_IMPORT = "import a_module_that_is_not_installed\n"
 
 NOT_A_KIND = "KIND = object()\n"
 
-NO_HOOKS = '''
+NO_HOOKS = """
 from supervisor.provider import (
     NO_CAPABILITIES, ProviderConfig, ProviderKind, ProviderRun, RunContext, Vocabulary,
     build_lifecycle, common_rows,
@@ -193,7 +195,7 @@ class Provider:
         return HooklessRun(RunContext(self.name, self.config, request, trace))
 
 KIND = ProviderKind(config=Config, provider=Provider, vocabulary=VOCABULARY)
-'''
+"""
 
 
 def install_by_hand(root: Path, module: str, source: str) -> str:
@@ -253,7 +255,9 @@ def test_a_run_class_without_hooks_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     record = json.loads(proc.stdout)
     assert record["id"] == "a"
-    assert record["error"].startswith('subagent provider "my-broken" (distribution broken-plugin 1.0) cannot be used')
+    assert record["error"].startswith(
+        'subagent provider "my-broken" (distribution broken-plugin 1.0) cannot be used'
+    )
     assert "Traceback" not in proc.stderr
 
 

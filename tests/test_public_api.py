@@ -327,5 +327,7 @@ def test_usage_from_reported_drops_what_is_not_a_number_and_never_raises(reporte
 
 
 def test_usage_from_reported_keeps_the_valid_numbers() -> None:
-    usage = supervisor.provider.Usage.from_reported({"input_tokens": 5, "output_tokens": "x", "cost_usd": 0.5})
+    usage = supervisor.provider.Usage.from_reported(
+        {"input_tokens": 5, "output_tokens": "x", "cost_usd": 0.5}
+    )
     assert usage == supervisor.Usage(input_tokens=5, cost_usd=0.5)

@@ -19,7 +19,7 @@ import anyio
 import anyio.abc
 
 from supervisor._abort import AbortSignal
-from supervisor._errors import ProviderUnusable
+from supervisor._errors import SubagentError
 from supervisor._kinds import example_config, example_kind
 from supervisor._public import home
 from supervisor._registry import Registry, require_asyncio
@@ -156,7 +156,7 @@ async def _local(
                 try:
                     with _journal.using(journal):  # the registry's journal, if it has one
                         record = await run_job(item, abort, live=events.live)
-                except ProviderUnusable as exc:  # a plug-in whose run cannot be built: one line
+                except SubagentError as exc:  # a run that cannot be built (a broken plug-in, a ceiling)
                     await out.send(BatchError(id=item.id, error=str(exc)))
                     continue
                 if record is None:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from supervisor.cli._numbers import INTEGER, NUMBER
 from supervisor.cli._usage import EXIT_FAILED, EXIT_OK, ConfigError, add_ceiling_arguments
 
 if TYPE_CHECKING:
@@ -35,10 +36,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("input", metavar="INPUT.jsonl", type=Path, help='lines of {"id", "task", ...}')
     parser.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     parser.add_argument("--out", metavar="FILE", type=Path, help="where the records go (default: stdout)")
-    parser.add_argument("--concurrency", metavar="N", type=int, help="runs at once (default: CPU count)")
+    parser.add_argument("--concurrency", metavar="N", type=INTEGER, help="runs at once (default: CPU count)")
     parser.add_argument("--resume", action="store_true", help="skip ids already recorded in --out")
     parser.add_argument("--ray", metavar="ADDRESS", help="run each task as a Ray task (auto or an address)")
-    parser.add_argument("--ray-num-cpus", metavar="X", type=float, default=1.0, help="CPUs per Ray task")
+    parser.add_argument("--ray-num-cpus", metavar="X", type=NUMBER, default=1.0, help="CPUs per Ray task")
     parser.add_argument("--retry-lost", action="store_true", help="Ray: rerun a run whose node was lost")
     add_ceiling_arguments(parser)
     parser.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
@@ -78,7 +79,7 @@ def command(args: argparse.Namespace) -> int:
 
     from supervisor import telemetry
     from supervisor.batching._jobs import line_id, split_lines
-    from supervisor.cli._config_file import apply_ceiling, load_registry
+    from supervisor.cli._config_file import apply_ceiling, load_registry, refuse_uncovered_entries
 
     if args.concurrency is not None and args.concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
@@ -104,6 +105,7 @@ def command(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.input}: cannot read the input file ({exc.strerror})") from None
     registry, _names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
+    refuse_uncovered_entries(args, registry)
     if args.resume:
         done = _recorded_ids(args.out)
         lines = [b"" if line_id(line) in done else line for line in lines]

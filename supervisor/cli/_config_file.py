@@ -20,8 +20,10 @@ from supervisor._host_limits import set_host_ceiling
 from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Provider, Registry
 from supervisor.cli._journal import check_keys as check_journal_keys
+from supervisor.cli._numbers import is_ascii_integer
 from supervisor.cli._usage import ConfigError as ConfigError
 from supervisor.cli._usage import add_ceiling_arguments as add_ceiling_arguments
+from supervisor.process import ContainmentMode
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -146,11 +148,11 @@ def apply_ceiling(args: Any) -> None:
     if args.max_memory is None and args.max_pids is None:
         return
     memory: int | str | None = args.max_memory
-    if isinstance(memory, str) and memory.strip().isdigit():
+    if isinstance(memory, str) and is_ascii_integer(memory):
         memory = int(memory)  # a bare number is bytes
     pids: int | None = None
     if args.max_pids is not None:
-        if not args.max_pids.strip().isdigit():
+        if not is_ascii_integer(args.max_pids):
             raise ConfigError("--max-pids: must be a positive integer")
         pids = int(args.max_pids)
     try:
@@ -160,6 +162,23 @@ def apply_ceiling(args: Any) -> None:
             flag for flag, value in (("--max-memory", memory), ("--max-pids", pids)) if value is not None
         )
         raise ConfigError(f"{flags}: {str(exc).removeprefix('host ceiling: ')}") from None
+
+
+def refuse_uncovered_entries(args: Any, registry: Registry) -> None:
+    """With ``--max-memory`` / ``--max-pids``, an entry whose runs the ceiling cannot bound
+    (``containment = "process-tree"``) is a ConfigError (exit 2), before any run starts."""
+    flags = " and ".join(
+        flag for flag, value in (("--max-memory", args.max_memory), ("--max-pids", args.max_pids)) if value
+    )
+    if not flags:
+        return
+    for name in registry.list():
+        config = getattr(registry.get(name), "config", None)
+        if getattr(config, "containment", None) == ContainmentMode.PROCESS_TREE:
+            raise ConfigError(
+                f'{flags}: cannot be enforced for entry "{name}": its containment is process-tree '
+                "(the kernel keeps no group of its runs)"
+            )
 
 
 def load_registry(config: Path | None, *, verbose: bool, base_dir: Path) -> tuple[Registry, list[str]]:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from supervisor.cli._numbers import INTEGER
 from supervisor.cli._usage import EXIT_FAILED, EXIT_OK, PROG, ConfigError
 
 ENV = "SUBAGENTS_JOURNAL"
@@ -125,7 +126,7 @@ def add_parsers(commands: Any) -> None:
     runs = commands.add_parser("runs", help="list the journaled runs, newest first")
     runs.add_argument("--json", action="store_true", help="print one JSON array on stdout")
     runs.add_argument("--state", choices=STATES, help="only runs in this state")
-    runs.add_argument("--limit", metavar="N", type=int, help="at most N runs (the newest)")
+    runs.add_argument("--limit", metavar="N", type=INTEGER, help="at most N runs (the newest)")
     add_argument(runs)
     show = commands.add_parser("show", help="print one journaled run: its turns, resources and audit trail")
     show.add_argument("run_id", metavar="RUN_ID")

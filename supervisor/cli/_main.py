@@ -26,6 +26,7 @@ from supervisor._version import package_version
 from supervisor.cli import _batch as _batch_cli
 from supervisor.cli import _journal as _journal_cli
 from supervisor.cli import _mcp as _mcp_cli
+from supervisor.cli._numbers import NUMBER
 from supervisor.cli._usage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, ConfigError, configure_logging
 
 RUN_EPILOG = """\
@@ -82,13 +83,13 @@ def _run_options(run: argparse.ArgumentParser, *, timeout_help: str, json_help: 
     run.add_argument("--json", action="store_true", help=json_help)
     run.add_argument("--trace", action="store_true", help="stream transitions as JSON lines on stderr")
     run.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
-    run.add_argument("--timeout", metavar="SECONDS", type=float, help=timeout_help)
+    run.add_argument("--timeout", metavar="SECONDS", type=NUMBER, help=timeout_help)
     run.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
     _journal_cli.add_argument(run)
     run.add_argument(
         "--start-timeout",
         metavar="SECONDS",
-        type=float,
+        type=NUMBER,
         help="fail the start if the child is not ready within SECONDS (default: the entry's, 60)",
     )
     limits = run.add_argument_group("limits of the run (cgroup containment; see the README)")

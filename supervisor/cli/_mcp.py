@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from supervisor.cli._numbers import INTEGER
 from supervisor.cli._usage import ConfigError, add_ceiling_arguments
 
 
@@ -24,7 +25,9 @@ def add_parser(commands: Any) -> None:
         default=[],
         help="a directory runs may work in, repeatable (default: here); the first is the default cwd",
     )
-    mcp.add_argument("--max-concurrent", metavar="N", type=int, default=4, help="runs at once (default 4)")
+    mcp.add_argument(
+        "--max-concurrent", metavar="N", type=INTEGER, default=4, help="runs at once (default 4)"
+    )
     add_ceiling_arguments(mcp)
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
@@ -56,7 +59,7 @@ def command(args: argparse.Namespace) -> int:
     import anyio
 
     from supervisor import telemetry
-    from supervisor.cli._config_file import apply_ceiling, load_registry
+    from supervisor.cli._config_file import apply_ceiling, load_registry, refuse_uncovered_entries
     from supervisor.process import CwdError, check_directory
 
     try:
@@ -75,6 +78,7 @@ def command(args: argparse.Namespace) -> int:
         except CwdError as exc:
             raise ConfigError(str(exc)) from None
     registry, names = load_registry(args.config, verbose=args.verbose, base_dir=Path.cwd())
+    refuse_uncovered_entries(args, registry)
     apply_ceiling(args)
     from supervisor.cli._journal import open_for_command
 

@@ -29,6 +29,7 @@ from supervisor._registry import Registry, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.cli._config_file import Entry, load_file
+from supervisor.cli._numbers import ascii_integer, ascii_number, is_ascii_integer
 from supervisor.cli._usage import (
     EXIT_FAILED,
     EXIT_HANGUP,
@@ -154,18 +155,16 @@ def limit_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _memory_flag(raw: str) -> int:
-    return parse_memory(int(raw) if raw.strip().isdigit() else raw)  # a bare number is bytes
+    return parse_memory(ascii_integer(raw) if is_ascii_integer(raw) else raw)  # a bare number is bytes
 
 
 def _count_flag(raw: str) -> int:
-    if not raw.strip().isdigit():
-        raise ValueError("must be a positive integer")
-    return check_pids(int(raw))
+    return check_pids(ascii_integer(raw))
 
 
 def _cpu_flag(raw: str) -> float:
     try:
-        value = float(raw)
+        value = ascii_number(raw)
     except ValueError:
         raise ValueError("must be a number of CPUs, e.g. 0.5 or 2") from None
     return check_cpu(value)
@@ -173,7 +172,7 @@ def _cpu_flag(raw: str) -> float:
 
 def _seconds_flag(raw: str) -> float:
     try:
-        value = float(raw) * 1000
+        value = ascii_number(raw) * 1000
     except ValueError:
         value = float("nan")
     if not 0 < value <= MAX_TIMER_MS:

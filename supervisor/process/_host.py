@@ -36,7 +36,7 @@ class HostIdentity:
     def parse(cls, text: str) -> HostIdentity | None:
         """The identity written by :meth:`__str__`, or None for anything else."""
         pid, sep, start = text.partition(":")
-        if not sep or not pid.isdigit() or not start.isdigit():
+        if not sep or not (pid + start).isascii() or not pid.isdigit() or not start.isdigit():
             return None
         return cls(int(pid), int(start))
 

@@ -74,7 +74,7 @@ MAX_MEMORY = 2**62
 OOM_KILL_LOOK_SECONDS = (0.001, 0.004, 0.016, 0.064, 0.25, 0.5, 1.0, 2.0)
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:([KMGT])(?:iB)?|(B))", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(?:([KMGT])(?:iB)?|(B))", re.IGNORECASE)  # ASCII digits only
 
 
 # -- values -----------------------------------------------------------------------------------
@@ -470,7 +470,7 @@ def _subtree_sum(group: Path, name: str, key: str) -> int:
 
 def _number(path: Path) -> int | None:
     text = (_read(path) or "").strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     return None
 

@@ -1,0 +1,90 @@
+"""The fourth hostile probe (SPEC section 24), with real processes: each test failed
+before its fix.
+
+* A host ceiling over a ``process-tree`` entry was silently ignored (a 300 MiB run under
+  ``--max-memory 64M`` completed, exit 0): it is a configuration error now, in ``batch``,
+  ``mcp`` and the embedding API.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from supervisor.process import detect_containment, limit_support
+from tests.test_batch import entry, subagents_batch, write_config, write_input
+
+SUPPORT = limit_support(detect_containment().cgroup_base)
+needs_memory_limit = pytest.mark.skipif(
+    "memory" not in SUPPORT.where, reason=f"no memory limit here: {dict(SUPPORT.why_not)}"
+)
+
+
+def process_tree_entry(name: str, env: dict[str, str]) -> str:
+    return entry(name, env) + 'containment = "process-tree"\n'
+
+
+@needs_memory_limit
+@pytest.mark.parametrize("flag", ["--max-memory=64M", "--max-pids=200"])
+def test_batch_refuses_a_ceiling_it_cannot_enforce(tmp_path: Path, flag: str) -> None:
+    config = write_config(tmp_path / "agents.toml", process_tree_entry("tree", {"ACP_CHILD_ALLOC_MB": "300"}))
+    items = write_input(tmp_path / "in.jsonl", {"id": "a", "task": "t"})
+    proc = subagents_batch(str(items), "--config", str(config), flag, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == (
+        f'subagents: {flag.partition("=")[0]}: cannot be enforced for entry "tree": its containment is '
+        "process-tree (the kernel keeps no group of its runs)\n"
+    )
+
+
+@needs_memory_limit
+def test_mcp_refuses_a_ceiling_it_cannot_enforce(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "agents.toml", process_tree_entry("tree", {}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "mcp", "--config", str(config), "--max-memory", "64M"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == (
+        'subagents: --max-memory: cannot be enforced for entry "tree": its containment is '
+        "process-tree (the kernel keeps no group of its runs)\n"
+    )
+
+
+EMBEDDED = """
+import anyio
+from pathlib import Path
+from supervisor import ConfigurationError, Registry, SubagentRequest, create_provider, set_host_ceiling
+from supervisor.providers import acp
+
+async def main() -> None:
+    set_host_ceiling(memory_max="64M")
+    registry = Registry()
+    config = acp.Config(command="true", containment="process-tree")
+    registry.register(create_provider("acp", config, "tree"))
+    try:
+        async with registry.run("tree", SubagentRequest(task="t", parent_cwd=Path.cwd())):
+            print("ran")
+    except ConfigurationError as exc:
+        print(exc)
+
+anyio.run(main)
+"""
+
+
+@needs_memory_limit
+def test_the_embedding_api_refuses_a_run_the_ceiling_cannot_bound(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", EMBEDDED], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        'subagent provider "tree": the host ceiling cannot be enforced for runs in process-tree containment\n'
+    )
