@@ -11,6 +11,10 @@ and exit 1).  This transport:
   print and no child ever reaches the wire;
 * reads and writes the wire with the event loop (non-blocking pipes), so the session can
   end at any moment (a signal) without waiting for the client;
+* answers a request line longer than the frame bound with one JSON-RPC error (its id read
+  from the line's first bytes when it comes before the large part, else null), drops the
+  rest of that line unread into memory, and goes on with the next line: a client that sent
+  too much learns it, and keeps its server;
 * takes a client that went away for the end of the session, not an error: stdin at end of
   file, or stdout closed by the client (noticed at once through the pipe, or by a failed
   write), ends the read side, so the server's loop returns; whatever the server still
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import select
@@ -41,6 +46,7 @@ from mcp.shared.message import SessionMessage
 
 from supervisor.mcp._stdin import clean_frame
 from supervisor.process import DEFAULT_MAX_FRAME_BYTES, FrameTooLarge, LineReader
+from supervisor.wire import is_request_id
 
 log = logging.getLogger("supervisor")
 
@@ -116,7 +122,8 @@ async def stdio_transport(
     outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read, wire_in.private, inbound_send, session, max_frame_bytes)
+            refusals = outbound.clone()  # the reader's own answers (an oversized request)
+            tg.start_soon(_read, wire_in.private, inbound_send, session, max_frame_bytes, refusals)
             tg.start_soon(_write, wire_out.private, outbound_receive, session)
             try:
                 yield inbound, outbound
@@ -131,9 +138,16 @@ async def stdio_transport(
         wire_in.restore()
 
 
-async def _read(fd: int, sink: MemoryObjectSendStream[Inbound], session: _Session, limit: int) -> None:
+async def _read(
+    fd: int,
+    sink: MemoryObjectSendStream[Inbound],
+    session: _Session,
+    limit: int,
+    refusals: MemoryObjectSendStream[SessionMessage],
+) -> None:
     """Frames from the client until end of file, the client's departure, or cancellation."""
-    async with sink:
+    async with sink, refusals:
+        refuse = _Refuser(refusals, limit)
         with session.reading:
             loop = asyncio.get_running_loop()
             pipe = os.fdopen(os.dup(fd), "rb", buffering=0)
@@ -146,32 +160,96 @@ async def _read(fd: int, sink: MemoryObjectSendStream[Inbound], session: _Sessio
                 )
             except ValueError:  # not a pipe, socket or terminal: a file, read in a thread
                 with pipe:
-                    await _read_file(pipe, sink, limit)
+                    await _read_file(pipe, sink, limit, refuse)
                 return
             try:
-                await _read_lines(LineReader(stream, limit), sink)
+                await _read_lines(LineReader(stream, limit), sink, refuse)
             finally:
                 transport.close()
 
 
-async def _read_lines(reader: LineReader, sink: MemoryObjectSendStream[Inbound]) -> None:
+async def _read_lines(reader: LineReader, sink: MemoryObjectSendStream[Inbound], refuse: _Refuser) -> None:
     while True:
         try:
             line = await reader.read_line()
         except FrameTooLarge:
-            log.warning("MCP client sent a frame over the limit: ending the session")
-            return
+            await refuse(await reader.skip_line(HEAD_BYTES))
+            continue
         if line is None:
             return
         await _deliver(line, sink)
 
 
-async def _read_file(file: BinaryIO, sink: MemoryObjectSendStream[Inbound], limit: int) -> None:
+async def _read_file(
+    file: BinaryIO, sink: MemoryObjectSendStream[Inbound], limit: int, refuse: _Refuser
+) -> None:
     while line := await anyio.to_thread.run_sync(file.readline, limit + 1):
         if len(line.rstrip(b"\n")) > limit:
-            log.warning("MCP client sent a frame over the limit: ending the session")
-            return
+            head = line[:HEAD_BYTES]
+            while line and not line.endswith(b"\n"):  # the rest of it, a bounded piece at a time
+                line = await anyio.to_thread.run_sync(file.readline, limit + 1)
+            await refuse(head)
+            continue
         await _deliver(line.rstrip(b"\n"), sink)
+
+
+HEAD_BYTES = 4096
+"""How much of an oversized line is kept to find its request id."""
+
+
+class _Refuser:
+    """Answers a request line over the frame bound: one JSON-RPC error, then on."""
+
+    def __init__(self, answers: MemoryObjectSendStream[SessionMessage], limit: int) -> None:
+        self._answers = answers
+        self._limit = limit
+
+    async def __call__(self, head: bytes) -> None:
+        request_id = top_level_id(head)
+        log.warning("MCP client sent a frame over %d bytes: refused", self._limit)
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST, message=f"request too large: a frame is at most {self._limit} bytes"
+        )
+        answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._answers.send(SessionMessage(answer))
+
+
+def top_level_id(head: bytes) -> int | str | None:
+    """The ``id`` member of the JSON object ``head`` begins, when it comes before anything
+    ``head`` cuts short (clients write ``{"jsonrpc":"2.0","id":7,"method":...,"params":...}``);
+    None otherwise.  Reads the members one value at a time (``raw_decode``), never the
+    cut-off remainder."""
+    text = head.decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    at = _skip_blanks(text, 0)
+    if not text.startswith("{", at):
+        return None
+    at += 1
+    try:
+        while True:
+            at = _skip_blanks(text, at)
+            if not text.startswith('"', at):
+                return None
+            key, at = decoder.raw_decode(text, at)
+            at = _skip_blanks(text, at)
+            if not text.startswith(":", at):
+                return None
+            value, at = decoder.raw_decode(text, _skip_blanks(text, at + 1))
+            if key == "id":
+                return value if is_request_id(value) else None
+            at = _skip_blanks(text, at)
+            if not text.startswith(",", at):
+                return None
+            at += 1
+    except (ValueError, RecursionError):  # the value is cut short (or absurdly deep)
+        return None
+
+
+def _skip_blanks(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 async def _deliver(line: bytes, sink: MemoryObjectSendStream[Inbound]) -> None:

@@ -57,5 +57,25 @@ class LineReader:
             else:
                 self._buffer += chunk
 
+    async def skip_line(self, keep: int = 4096) -> bytes:
+        """After :class:`FrameTooLarge`: drop the rest of that line (through its newline, or
+        to EOF) and return its first ``keep`` bytes, so a reader that can answer an
+        oversized frame (a server) goes on with the next one.  Memory stays bounded: what
+        is read past the frame bound is dropped chunk by chunk."""
+        head = bytes(self._buffer[:keep])
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                del self._buffer[: newline + 1]
+                return head
+            self._buffer.clear()
+            if self._eof:
+                return head
+            chunk = await self._stream.read(READ_CHUNK)
+            if not chunk:
+                self._eof = True
+            else:
+                self._buffer += chunk
+
 
 home("supervisor.provider", LineReader, FrameTooLarge)

@@ -189,3 +189,27 @@ def test_a_hostile_task_sent_to_a_conversation_reaches_the_child_as_u_fffd(
     for frame in server.frames:
         assert_clean(json.loads(frame))
     assert "Traceback" not in server_stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_an_oversized_request_is_one_error_answer_and_the_server_goes_on(
+    tmp_path: Path, server_stderr: Path
+) -> None:
+    """A 50 MiB request line (the frame bound is 16 MiB).  Before: the transport ended the
+    session, the server exited 0 with no answer and the client lost its server."""
+    server = start(tmp_path, server_stderr)
+    try:
+        big = json.dumps({"name": "run_subagent", "arguments": {"task": "x" * (50 * 2**20)}})
+        answer = server.request("tools/call", {}, raw_params=big)
+        assert answer["error"] == {
+            "code": -32600,
+            "message": f"request too large: a frame is at most {16 * 2**20} bytes",
+        }
+        # an id the line's first bytes do not show (it comes after the large part): id null
+        server.send_text('{"jsonrpc": "2.0", "params": {"pad": "' + "y" * (17 * 2**20) + '"}, "id": 99}')
+        listed = server.call("list_subagents", "{}")  # the server goes on, the next frame is read
+        assert listed["structuredContent"] == {"runs": []}
+        refusals = [json.loads(f) for f in server.frames if b'"error"' in f]
+        assert [r["id"] for r in refusals] == [answer["id"], None]
+    finally:
+        assert server.close() == 0
+    assert "Traceback" not in server_stderr.read_text(encoding="utf-8", errors="replace")
