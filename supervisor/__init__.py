@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.run._progress import Progress as Progress
     from supervisor.run._progress import ProgressCounts as ProgressCounts
     from supervisor.run._progress import progress_line as progress_line
+    from supervisor.workspace import Workspace as Workspace
 
 # Where each public name is defined.  ``import supervisor`` imports none of them: the CLI's
 # ``--version`` must not pay for pydantic, python-statemachine and asyncio, and a name's
@@ -109,6 +110,7 @@ _ORIGINS: dict[str, str] = {
     "NO_CAPABILITIES": "supervisor._seam",
     "Capabilities": "supervisor._seam",
     "Resources": "supervisor._seam",
+    "Workspace": "supervisor.workspace",
     "SessionPlan": "supervisor._seam",
     "Journal": "supervisor.journal",
     "StopReason": "supervisor._seam",
@@ -173,6 +175,7 @@ __all__ = (
     "TurnInProgress",
     "UnsupportedCapability",
     "Usage",
+    "Workspace",
     "batch",
     "create_provider",
     "foreground_text",

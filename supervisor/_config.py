@@ -40,6 +40,7 @@ from supervisor.process import (
     resolve_configured_cwd,
 )
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS
+from supervisor.workspace import WorkspaceKeep, WorkspaceMode
 
 MAX_TIMER_MS = 2_147_483_647
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
@@ -162,6 +163,13 @@ class ProviderConfig(BaseModel):
     """Folders (or files) a confined run may also read and execute."""
     keep_capabilities: list[str] = Field(default_factory=list)
     """Capabilities a root child keeps beyond the default set (``net_raw``, ``sys_ptrace``...)."""
+    # Workspaces (SPEC section 22).
+    workspace: WorkspaceMode = WorkspaceMode.SHARED
+    """``worktree``: the run gets a detached git worktree of its own at ``workspace_base``."""
+    workspace_base: str = "HEAD"
+    """The commit (any revision git resolves) a run's worktree is made at."""
+    workspace_keep: WorkspaceKeep = WorkspaceKeep.CHANGED
+    """``changed``: a worktree with changes is kept (and reported), an unchanged one removed."""
 
     @field_validator("containment")
     @classmethod
@@ -251,6 +259,13 @@ class ProviderConfig(BaseModel):
                 raise ValueError(f"does not exist: {path}")
             paths.append(path)
         return paths
+
+    @field_validator("workspace_base")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        if not value.strip() or value.startswith("-") or any(c in value for c in "\0\n\r"):
+            raise ValueError("must name a revision (a commit, a branch, a tag, HEAD)")
+        return value
 
     @field_validator("keep_capabilities")
     @classmethod

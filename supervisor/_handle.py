@@ -19,6 +19,7 @@ from supervisor._public import home
 from supervisor._seam import Resources, SubagentResult
 from supervisor.process import ExitFacts
 from supervisor.run._progress import Progress
+from supervisor.workspace import Workspace
 
 
 @runtime_checkable
@@ -97,6 +98,11 @@ class Run(Protocol):
     @property
     def quiescent(self) -> bool | None:
         """None until disposed; then whether the whole tree was proven gone."""
+        ...
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """The run's own worktree (``workspace = "worktree"``), once the run is torn down."""
         ...
 
     @property

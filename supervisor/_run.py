@@ -130,6 +130,7 @@ from supervisor.process import (
 )
 from supervisor.run._progress import TOOL_KINDS, Progress, ProgressTracker
 from supervisor.telemetry import _switch as _telemetry
+from supervisor.workspace import RunWorkspace, Workspace, WorkspaceFailed
 
 log = logging.getLogger("supervisor")
 
@@ -197,6 +198,8 @@ class ProviderRun(ABC, Generic[ConfigT]):
         refuse_uncovered(self.tree, context.provider_name)  # a host ceiling bounds every run, or none starts
         self.provider_name = context.provider_name
         self.config: ConfigT = context.config
+        config = context.config
+        self._workspace = RunWorkspace(config.workspace, config.workspace_base, config.workspace_keep)
         self.request = context.request
         self._telemetry = _telemetry.for_run()
         self._journal = _journal.for_run()  # the journal's hooks (a no-op when not journaled)
@@ -328,6 +331,11 @@ class ProviderRun(ABC, Generic[ConfigT]):
         return Resources(
             cpu_s=usage.cpu_s, memory_peak_bytes=usage.memory_peak_bytes, pids_peak=usage.pids_peak
         )
+
+    @property
+    def workspace(self) -> Workspace | None:
+        """The run's own worktree (``workspace = "worktree"``): known once the run is torn down."""
+        return self._workspace.facts
 
     @property
     def progress(self) -> Progress:
@@ -616,12 +624,24 @@ class ProviderRun(ABC, Generic[ConfigT]):
         (default: ``configuration`` when the vocabulary names it, else ``unknown``; the
         path itself goes only to ``__cause__``).
         """
+        if self._workspace.checkout is not None:  # the run's own worktree (the same folder in it)
+            return self._workspace.checkout.cwd
         try:
             return resolve_run_cwd(self.config.cwd, self.request.parent_cwd)
         except CwdError as exc:
             if category is None:
                 category = "configuration" if "configuration" in self.vocabulary.categories else "unknown"
             raise StepFailed(self.failure(category)) from exc
+
+    async def _enter_workspace(self) -> None:
+        """``workspace = "worktree"``: make the run's worktree before the child is spawned."""
+        if self._workspace.mode == "worktree" and self._workspace.checkout is None:
+            cwd = self.resolve_cwd()
+            try:
+                await self._workspace.enter(cwd, self.id)
+            except WorkspaceFailed as exc:
+                category = "configuration" if "configuration" in self.vocabulary.categories else "unknown"
+                raise StepFailed(self.failure(category)) from exc
 
     def spawn_spec(self, argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> SpawnSpec:
         """How to spawn this run's child: the config's process keys, tagged with the run id."""
@@ -641,7 +661,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             containment=self.tree,
             eof_grace=config.eof_grace,
             limits=config.limits,
-            confinement=config.confinement,
+            confinement=self._workspace.confinement(config.confinement),
             keep_capabilities=frozenset(config.keep_capabilities),
         )
 
@@ -832,6 +852,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 try:
                     budget, time_limit = self._start_budget()
                     with anyio.move_on_after(budget) as deadline:
+                        await self._enter_workspace()
                         await self.handshake()
                     if deadline.cancelled_caught:
                         limit = time_limit
@@ -1276,6 +1297,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             log.warning("run %s: releasing protocol resources failed", self.id)
             raw_failure("run %s: the raw release failure", self.id, exc=exc)
         self._quiescent = report is None or report.quiescent
+        await self._workspace.leave(quiescent=self._quiescent)
         if self._quiescent:
             self._record(CommonEvent.TREE_GONE)
             return None

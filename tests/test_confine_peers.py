@@ -13,6 +13,7 @@ every request), while a command in the workspace works.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,42 @@ async def test_codex_acp_runs_commands_confined(mock: MockModelServer, tmp_path:
         assert (launch.cwd / "made-by-codex-acp.txt").exists()
         assert KEY not in result.output
         assert not leaked(mock)
+
+
+async def test_a_confined_codex_commits_in_its_own_worktree(
+    mock: MockModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``workspace = "worktree"`` with ``confine``: the agent may commit in its worktree (the
+    worktree's own git files and the repository's objects are writable), not write the user's tree."""
+    installed(peers.codex_app_server_launch)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True
+        )
+    base = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    with peers.codex_app_server_launch(
+        mock, root=tmp_path, cwd=repo, sandbox_mode="danger-full-access"
+    ) as launch:
+        commit = (
+            "echo hi > made.txt && git add made.txt && git -c user.name=a -c user.email=a@a commit -qm agent"
+        )
+        mock.script(Shell(f"{commit}; touch {repo}/escaped.txt; echo done"), EchoToolResult())
+        writable = [str(launch.home), str(codex_daemon_folder())]
+        codex = codex_provider(launch, confine=True, writable=writable, workspace="worktree")
+        result, run = await run_once(codex, repo, task="commit a file")
+        assert result.stop_reason == "completed", result.diagnostic
+        facts = run.workspace
+        assert facts is not None
+        assert facts.base == base
+        assert facts.head != base  # the agent's commit
+        assert (facts.changed, facts.files_changed, facts.insertions, facts.kept) == (True, 1, 1, True)
+        assert not (repo / "escaped.txt").exists()  # the user's tree is outside the policy
+        log = subprocess.run(
+            ["git", "-C", str(repo), "log", "--format=%s", facts.head], capture_output=True, text=True
+        )
+        assert log.stdout.split() == ["agent", "first"]

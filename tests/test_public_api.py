@@ -35,6 +35,7 @@ EXPORTS = {
     "Transition",
     "TransitionSink",
     "MAX_DIAGNOSTIC_BYTES",
+    "Workspace",
     "foreground_text",
     "job_outcome",
     "settle_job",

@@ -33,6 +33,7 @@ from supervisor._registry import Provider, Registry, journaled_run
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import CwdError, check_directory
+from supervisor.workspace import Workspace
 
 
 class BatchItem(BaseModel):
@@ -85,6 +86,8 @@ class BatchRecord(BaseModel):
     """What the (last) turn used, when the agent reported it."""
     resources: Resources | None = None
     """What the run's tree used (cgroup containment; None in process-tree)."""
+    workspace: Workspace | None = None
+    """The run's own worktree (``workspace = "worktree"``); absent otherwise."""
     turns: list[BatchTurn] | None = None
     """Every turn of a conversation item (an item with ``turns``); absent otherwise."""
     ray_node: str | None = None  # the Ray node id, in Ray mode only
@@ -102,6 +105,8 @@ class BatchRecord(BaseModel):
             del document["ray_node"]
         if self.turns is None:
             del document["turns"]
+        if self.workspace is None:
+            del document["workspace"]
         return document
 
 
@@ -322,6 +327,7 @@ async def run_job(
         node=socket.gethostname(),
         usage=(None if outcome.result is None else outcome.result.usage) if last is None else last.usage,
         resources=run.resources,
+        workspace=getattr(run, "workspace", None),
         turns=turns,
         ray_node=ray_node,
     )

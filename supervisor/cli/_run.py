@@ -355,6 +355,9 @@ def run_document(plan: _Plan, outcome: RunOutcome, usage: Usage | None) -> dict[
         "resources": None if run.resources is None else run.resources.model_dump(),
         "audit": run.audit.as_dicts(),
     }
+    workspace = getattr(run, "workspace", None)
+    if workspace is not None:  # workspace = "worktree": the run's own worktree
+        document["workspace"] = workspace.model_dump()
     if outcome.teardown_error is not None:
         document["teardown"] = outcome.teardown_error.diagnostic
     return document

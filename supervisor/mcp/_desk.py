@@ -43,6 +43,7 @@ from supervisor._registry import Registry, journaled_run
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import PinnedDirectory, pinned
+from supervisor.workspace import Workspace
 
 log = logging.getLogger("supervisor")
 
@@ -81,6 +82,8 @@ class Settled:
     """A conversation that is over: the closed line a further send gets."""
     quiescent: bool | None = None
     """For a final word: whether the whole tree was proven gone."""
+    workspace: Workspace | None = None
+    """The run's own worktree (``workspace = "worktree"``), once its tree is gone."""
 
     @property
     def completed(self) -> bool:
@@ -105,6 +108,8 @@ class Settled:
             "usage": None if self.usage is None else self.usage.model_dump(),
             "resources": None if self.resources is None else self.resources.model_dump(),
         }
+        if self.workspace is not None:
+            document["workspace"] = self.workspace.model_dump()
         if self.keep_alive:
             document["ended"] = self.ended
         return document
@@ -477,6 +482,7 @@ class Desk:
             keep_alive=entry.keep_alive,
             ended=ended,
             quiescent=quiescent,
+            workspace=getattr(entry.run, "workspace", None),
         )
         entry.set_state(DeskState.SETTLED)
         self._release_pin(entry)

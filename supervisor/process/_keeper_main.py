@@ -23,12 +23,15 @@ supervisor.  The sweep and ``subagents reap`` import the same primitives from he
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
+import shutil
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # The keeper's process name (``comm``): still readable once it is a zombie.
@@ -304,6 +307,50 @@ def remove_host_groups(leaves: Iterable[Path], identity: str) -> None:
         remove_cgroup(group)
 
 
+def worktrees_dir() -> Path:
+    """Where runs' worktrees live (``workspace = "worktree"``), each with a ``<name>.json``
+    marker naming its host while a run uses it."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "subagent-supervisor" / "worktrees"
+
+
+def _git(repository: str, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            ["git", "-c", "core.hooksPath=/dev/null", "-C", repository, *args],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            timeout=60, check=False,
+        )  # fmt: skip
+
+
+def remove_worktrees(ended: Callable[[str], bool]) -> list[tuple[Path, str]]:
+    """Remove every run worktree whose marker names a host ``ended`` says is gone (the worktree,
+    its administrative files, then ``git worktree prune``); (path, host) of each removed."""
+    removed: list[tuple[Path, str]] = []
+    with contextlib.suppress(OSError):
+        for marker in sorted(worktrees_dir().glob("*.json")):
+            try:
+                data = json.loads(marker.read_text())
+                host = str(data["host"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if not ended(host):
+                continue
+            path = marker.with_name(marker.name[: -len(".json")])
+            repository = data.get("repository")
+            if isinstance(repository, str):
+                _git(repository, "worktree", "remove", "--force", "--force", str(path))
+            shutil.rmtree(path, ignore_errors=True)
+            if isinstance(repository, str):
+                _git(repository, "worktree", "prune")
+            if not path.exists():
+                with contextlib.suppress(OSError):
+                    marker.unlink()
+                removed.append((path, host))
+    return removed
+
+
 def main(argv: list[str]) -> int:
     variable, identity = argv[1], argv[2]
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as comm:
@@ -319,6 +366,8 @@ def main(argv: list[str]) -> int:
         if runs:
             end_runs(runs.values(), variable, identity)
         remove_host_groups(leaves, identity)
+        if runs:  # the worktrees of runs that never finished (their results were never delivered)
+            remove_worktrees(lambda host: host == identity)
     finally:
         if marker is not None:  # this host's runs are ended: nothing for a sweep to do
             with contextlib.suppress(OSError):

@@ -37,6 +37,7 @@ from supervisor.process._keeper_main import (
     end_tagged,
     in_our_pid_namespace,
     remove_cgroup,
+    remove_worktrees,
     start_time,
     tagged_processes,
     wait_cgroup_empty,
@@ -57,8 +58,11 @@ class Reaped:
     path: Path | None = None
     processes: int = 0
     pid: int | None = None
+    worktree: Path | None = None
 
     def line(self) -> str:
+        if self.worktree is not None:
+            return f"reaped worktree {self.worktree} (host {self.host} is gone)"
         if self.path is not None:
             return f"reaped cgroup {self.path} ({_count(self.processes)})"
         return f"reaped process {self.pid} (host {self.host} is gone)"
@@ -176,10 +180,26 @@ def sweep_processes() -> list[Reaped]:
     return [Reaped(dead[value], pid=pid) for pid, value in sorted(killed.items())]
 
 
+def _dead(value: str) -> bool:
+    host = HostIdentity.parse(value)
+    return host is not None and not host_is_alive(host)
+
+
+def sweep_worktrees() -> list[Reaped]:
+    """Remove the run worktrees dead hosts left (``workspace = "worktree"``), and prune their repositories."""
+    found = []
+    for path, value in remove_worktrees(_dead):
+        host = HostIdentity.parse(value)
+        if host is not None:
+            found.append(Reaped(host, worktree=path))
+    return found
+
+
 def sweep() -> list[Reaped]:
-    """End everything dead hosts left: their cgroups first, then their tagged processes."""
+    """End everything dead hosts left: their cgroups first, then their tagged processes, then
+    their runs' worktrees."""
     unfinished = unfinished_hosts() or []
-    reaped = [*sweep_cgroups(), *sweep_processes()]
+    reaped = [*sweep_cgroups(), *sweep_processes(), *sweep_worktrees()]
     forget(unfinished)
     return reaped
 
@@ -192,6 +212,7 @@ def sweep_at_start() -> None:
     keeper both died (or when markers cannot be kept here).
     """
     sweep_cgroups()
+    sweep_worktrees()
     unfinished = unfinished_hosts()
     if unfinished is None or unfinished:
         sweep_processes()

@@ -59,6 +59,7 @@ ERROR_TYPE = "error.type"
 RESOURCES = "subagent.resources."  # + cpu_s, memory_peak_bytes, pids_peak
 TOOL_CALLS = "subagent.tool_calls."  # + a closed tool kind: the turn's final count
 PERMISSIONS = "subagent.permissions."  # + allowed, denied
+WORKSPACE = "subagent.workspace."  # + path, base, head, changed, files_changed, insertions, deletions, kept
 
 CONTAINMENTS = frozenset({"cgroup", "process-tree"})
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -220,6 +221,10 @@ class RunSpan:
             for name, value in resources.model_dump().items():
                 if value is not None:
                     span.set_attribute(RESOURCES + name, value)
+        workspace = getattr(run, "workspace", None)
+        if workspace is not None:  # the supervisor's own path, commit ids and counts
+            for name, value in workspace.model_dump().items():
+                span.set_attribute(WORKSPACE + name, value)
 
 
 def _result_error(result: SubagentResult | None, category: str | None) -> str | None:

@@ -1,0 +1,135 @@
+"""A run's own git worktree: add it, count what changed, keep or remove it.
+
+Every git command runs with the supervisor's environment less ``GIT_*`` (a caller's
+``GIT_DIR`` must not redirect it), hooks off (``core.hooksPath=/dev/null``: ``worktree
+add`` would run ``post-checkout``), no fsmonitor, no external diff or textconv (the
+child wrote the tree; nothing it wrote may make the supervisor run a program), and
+nothing of git's output reaches a result: only commit ids, the supervisor's own paths
+and ``--numstat`` counts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotePath=true")
+
+
+class GitFailed(Exception):
+    """A git command failed; the text is git's (host log and ``__cause__`` only)."""
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    env.update(extra or {})
+    return env
+
+
+async def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``git -C cwd args`` off the event loop; its stdout, or :class:`GitFailed`."""
+    program = shutil.which("git")
+    if program is None:
+        raise GitFailed("git is not installed")
+    try:
+        done = await anyio.run_process([program, *SAFE, "-C", str(cwd), *args], env=_env(env), check=False)
+    except OSError as exc:
+        raise GitFailed(repr(exc)) from exc
+    if done.returncode != 0:
+        raise GitFailed(f"git {args[0]}: {done.stderr.decode('utf-8', 'replace').strip()[:500]}")
+    return done.stdout.decode("utf-8", "replace").strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """Where a run's worktree is, and what it was made from."""
+
+    repository: Path
+    """The work tree the run's cwd was in (its top level)."""
+    common_dir: Path
+    """The repository's shared git directory (objects, refs, ``worktrees/``)."""
+    path: Path
+    """The run's worktree (the supervisor's own folder)."""
+    prefix: str
+    """The cwd's path below the top level (the run starts in the same folder of its worktree)."""
+    base: str
+    """The commit the worktree was made at."""
+
+    @property
+    def cwd(self) -> Path:
+        return self.path / self.prefix if self.prefix else self.path
+
+    @property
+    def admin_dir(self) -> Path:
+        """``<common dir>/worktrees/<name>``: the worktree's own HEAD, index and logs."""
+        return self.common_dir / "worktrees" / self.path.name
+
+
+async def add_worktree(cwd: Path, base: str, path: Path) -> Checkout:
+    """A detached worktree of the repository ``cwd`` is in, at ``base``, in ``path``."""
+    top = Path(await git(cwd, "rev-parse", "--show-toplevel"))
+    prefix = await git(cwd, "rev-parse", "--show-prefix")
+    common = Path(await git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    commit = await git(top, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}")
+    await git(top, "worktree", "add", "--detach", "--quiet", str(path), commit)
+    return Checkout(top, common, path, prefix.rstrip("/"), commit)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    head: str
+    files_changed: int
+    insertions: int
+    deletions: int
+
+    def changed(self, base: str) -> bool:
+        return self.head != base or self.files_changed > 0
+
+
+async def changes(checkout: Checkout) -> Changes:
+    """What the run changed against its base: commits, and the tree as it is (staged or not,
+    untracked files included), counted with ``--numstat`` on a copy of the worktree's index
+    (the worktree's own index is left as the agent left it)."""
+    head = await git(checkout.path, "rev-parse", "HEAD")
+    index = Path(await git(checkout.path, "rev-parse", "--path-format=absolute", "--git-path", "index"))
+    with tempfile.TemporaryDirectory(prefix="subagent-index-") as scratch:
+        copy = Path(scratch) / "index"
+        await anyio.to_thread.run_sync(_copy_if_there, index, copy)
+        env = {"GIT_INDEX_FILE": str(copy)}
+        await git(checkout.path, "add", "--all", "--ignore-errors", env=env)
+        numstat = await git(
+            checkout.path, "diff", "--cached", "--numstat", "--no-renames", "--no-ext-diff", "--no-textconv",
+            checkout.base, env=env,
+        )  # fmt: skip
+    files = insertions = deletions = 0
+    for line in numstat.splitlines():
+        added, removed, _name = line.split("\t", 2)
+        files += 1
+        insertions += int(added) if added.isdigit() else 0  # "-": a binary file
+        deletions += int(removed) if removed.isdigit() else 0
+    return Changes(head, files, insertions, deletions)
+
+
+def _copy_if_there(source: Path, target: Path) -> None:
+    if source.exists():
+        shutil.copyfile(source, target)
+
+
+async def remove_worktree(checkout: Checkout) -> None:
+    """Remove the worktree and its administrative files (whatever is in it)."""
+    try:
+        await git(checkout.repository, "worktree", "remove", "--force", "--force", str(checkout.path))
+    except GitFailed:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(checkout.path, ignore_errors=True))
+        await prune(checkout.repository)
+
+
+async def prune(repository: Path) -> None:
+    """``git worktree prune``: forget worktrees whose folder is gone."""
+    await git(repository, "worktree", "prune")

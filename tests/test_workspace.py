@@ -1,0 +1,258 @@
+"""Workspaces (``workspace = "worktree"``): a run's own git worktree, over real git and real runs
+of the example ACP agent (whose ``@permission edit`` directive writes ``subagent-example.txt`` into
+its session cwd once allowed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import ValidationError
+
+from supervisor import Registry, StartFailed, SubagentRequest
+from supervisor.process import HostIdentity, sweep
+from supervisor.process._keeper_main import start_time
+from supervisor.providers.acp import Config, Provider, example_agent_config
+
+pytestmark = pytest.mark.anyio
+
+WRITE = "@permission edit\nsay hello"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Worktrees go under the test's own state folder."""
+    home = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home / "subagent-supervisor" / "worktrees"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README").write_text("one\ntwo\n")
+    (path / "src").mkdir()
+    (path / "src" / "a.txt").write_text("a\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+def config(**keys: Any) -> Config:
+    return example_agent_config(stderr="discard", permission="allow", workspace="worktree", **keys)
+
+
+async def run_in(cwd: Path, task: str = WRITE, **keys: Any) -> Any:
+    registry = Registry()
+    registry.register(Provider(config(**keys)))
+    async with registry.run("acp", SubagentRequest(task=task, parent_cwd=cwd)) as run:
+        result = await run.result()
+    assert result.stop_reason == "completed", result.diagnostic
+    return run
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [
+        line
+        for line in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+async def test_a_run_that_changes_files_gets_its_worktree_kept_and_reported(
+    repo: Path, state_home: Path
+) -> None:
+    head = git(repo, "rev-parse", "HEAD")
+    run = await run_in(repo)
+    facts = run.workspace
+    assert facts is not None
+    assert facts.base == head
+    assert facts.head == head
+    assert facts.changed
+    assert (facts.files_changed, facts.insertions, facts.deletions) == (1, 1, 0)
+    assert facts.kept
+    path = Path(facts.path)
+    assert path.parent == state_home
+    assert (path / "subagent-example.txt").exists()  # the agent wrote there...
+    assert not (repo / "subagent-example.txt").exists()  # ...and not in the user's tree
+    assert git(repo, "status", "--porcelain") == ""
+    assert len(worktrees(repo)) == 2
+    assert not Path(str(path) + ".json").exists()  # reported: the user's now, no sweep takes it
+
+
+async def test_an_unchanged_worktree_is_removed(repo: Path) -> None:
+    run = await run_in(repo, task="say hello")
+    facts = run.workspace
+    assert facts is not None
+    assert not facts.changed
+    assert (facts.files_changed, facts.insertions, facts.deletions) == (0, 0, 0)
+    assert not facts.kept
+    assert not Path(facts.path).exists()
+    assert len(worktrees(repo)) == 1
+
+
+@pytest.mark.parametrize(("keep", "task", "kept"), [("never", WRITE, False), ("always", "say hello", True)])
+async def test_workspace_keep(repo: Path, keep: str, task: str, kept: bool) -> None:
+    run = await run_in(repo, task=task, workspace_keep=keep)
+    assert run.workspace.kept is kept
+    assert Path(run.workspace.path).exists() is kept
+    assert len(worktrees(repo)) == (2 if kept else 1)
+
+
+async def test_a_run_from_a_subfolder_starts_in_the_same_folder_of_its_worktree(repo: Path) -> None:
+    run = await run_in(repo / "src")
+    path = Path(run.workspace.path)
+    assert (path / "src" / "subagent-example.txt").exists()
+    assert not (repo / "src" / "subagent-example.txt").exists()
+
+
+async def test_runs_on_one_repository_never_share_a_tree(repo: Path) -> None:
+    runs: list[Any] = []
+
+    async def one() -> None:
+        runs.append(await run_in(repo))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(one)
+    paths = {run.workspace.path for run in runs}
+    assert len(paths) == 3
+    for path in paths:
+        assert sorted(p.name for p in Path(path).iterdir() if p.name != ".git") == [
+            "README", "src", "subagent-example.txt",
+        ]  # fmt: skip
+
+
+async def test_commits_and_deletions_are_counted(repo: Path) -> None:
+    """The base can be any commit; what the agent left is counted against it, commits included."""
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "README").write_text("one\n")
+    git(repo, "commit", "-q", "-am", "second")
+    run = await run_in(repo, task="say hello", workspace_base=first, workspace_keep="always")
+    facts = run.workspace
+    assert facts.base == first
+    assert not facts.changed
+    worktree = Path(facts.path)
+    assert (worktree / "README").read_text() == "one\ntwo\n"
+
+
+async def test_outside_a_git_work_tree_the_start_fails_as_configuration(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    registry = Registry()
+    registry.register(Provider(config()))
+    with pytest.raises(StartFailed, match="category: configuration"):
+        async with registry.run("acp", SubagentRequest(task="hi", parent_cwd=plain)):
+            pass
+
+
+async def test_an_unknown_base_fails_as_configuration(repo: Path) -> None:
+    registry = Registry()
+    registry.register(Provider(config(workspace_base="no-such-branch")))
+    with pytest.raises(StartFailed, match="category: configuration"):
+        async with registry.run("acp", SubagentRequest(task="hi", parent_cwd=repo)):
+            pass
+    assert len(worktrees(repo)) == 1
+
+
+def test_workspace_keys_are_checked() -> None:
+    with pytest.raises(ValidationError, match="workspace"):
+        Config.model_validate({"command": "agent", "workspace": "copy"})
+    with pytest.raises(ValidationError, match="workspace_keep"):
+        Config.model_validate({"command": "agent", "workspace_keep": "sometimes"})
+    with pytest.raises(ValidationError, match="workspace_base"):
+        Config.model_validate({"command": "agent", "workspace_base": "--output=/tmp/x"})
+    assert Config.model_validate({"command": "agent"}).workspace == "shared"
+
+
+def test_reap_removes_a_dead_hosts_worktree(repo: Path, state_home: Path) -> None:
+    """A worktree whose marker names a host that is gone (it died mid-run: no result ever
+    reported it) is removed by ``sweep`` (what ``subagents reap`` runs), and git forgets it."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = start_time(gone.pid)
+    gone.wait()
+    host = HostIdentity(gone.pid, start or 1)
+    state_home.mkdir(parents=True)
+    path = state_home / "dead-run"
+    git(repo, "worktree", "add", "--detach", "-q", str(path), "HEAD")
+    (path / "work.txt").write_text("unfinished")
+    (state_home / "dead-run.json").write_text(json.dumps({"host": str(host), "repository": str(repo)}))
+    alive_path = state_home / "live-run"
+    git(repo, "worktree", "add", "--detach", "-q", str(alive_path), "HEAD")
+    from supervisor.process import this_host
+
+    (state_home / "live-run.json").write_text(json.dumps({"host": str(this_host()), "repository": str(repo)}))
+    lines = [item.line() for item in sweep()]
+    assert f"reaped worktree {path} (host {host} is gone)" in lines
+    assert not path.exists()
+    assert not (state_home / "dead-run.json").exists()
+    assert alive_path.exists()  # a live host's is left alone
+    assert len(worktrees(repo)) == 2
+
+
+def test_the_cli_json_document_carries_the_workspace(repo: Path, tmp_path: Path) -> None:
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        f'[[provider]]\nkind = "acp"\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = ["-I", {json.dumps(str(EXAMPLE_AGENT))}]\npermission = "allow"\nworkspace = "worktree"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "run", "--json", "--config", str(config), WRITE],
+        cwd=repo, capture_output=True, text=True, timeout=120, env=os.environ.copy(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    workspace = json.loads(proc.stdout)["workspace"]
+    assert set(workspace) == {
+        "path",
+        "base",
+        "head",
+        "changed",
+        "files_changed",
+        "insertions",
+        "deletions",
+        "kept",
+    }
+    assert (workspace["changed"], workspace["files_changed"], workspace["kept"]) == (True, 1, True)
+    assert workspace["base"] == git(repo, "rev-parse", "HEAD")
+
+
+async def test_the_span_carries_the_workspace(repo: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from supervisor import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.use(provider)
+    try:
+        run = await run_in(repo)
+    finally:
+        telemetry.use(None)
+        provider.shutdown()
+    attributes = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
+    found = [a for a in attributes if "subagent.workspace.path" in a]
+    assert found, attributes
+    assert found[0]["subagent.workspace.path"] == run.workspace.path
+    assert found[0]["subagent.workspace.files_changed"] == 1
+    assert found[0]["subagent.workspace.changed"] is True
