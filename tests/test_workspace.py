@@ -256,3 +256,94 @@ async def test_the_span_carries_the_workspace(repo: Path) -> None:
     assert found[0]["subagent.workspace.path"] == run.workspace.path
     assert found[0]["subagent.workspace.files_changed"] == 1
     assert found[0]["subagent.workspace.changed"] is True
+
+
+def test_a_batch_on_one_repository_gives_each_item_its_own_worktree(repo: Path, tmp_path: Path) -> None:
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        f'[[provider]]\nkind = "acp"\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = ["-I", {json.dumps(str(EXAMPLE_AGENT))}]\npermission = "allow"\nworkspace = "worktree"\n'
+    )
+    items = tmp_path / "tasks.jsonl"
+    items.write_text(
+        "".join(json.dumps({"id": f"i{n}", "task": WRITE, "cwd": str(repo)}) + "\n" for n in range(3))
+    )
+    out = tmp_path / "records.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "batch", str(items), "--config", str(config), "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    paths = {record["workspace"]["path"] for record in records}
+    assert len(paths) == 3
+    assert all(record["workspace"]["files_changed"] == 1 for record in records)
+    assert not (repo / "subagent-example.txt").exists()
+
+
+async def test_the_mcp_answer_carries_the_workspace(repo: Path, tmp_path: Path) -> None:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        f'[[provider]]\nkind = "acp"\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = ["-I", {json.dumps(str(EXAMPLE_AGENT))}]\npermission = "allow"\nworkspace = "worktree"\n'
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor.cli", "mcp", "--config", str(config)],
+        cwd=str(repo),
+        env=os.environ.copy(),
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("run_subagent", {"task": WRITE})
+    assert not result.is_error, result.content
+    workspace = (result.structured_content or {})["workspace"]
+    assert (workspace["changed"], workspace["files_changed"], workspace["kept"]) == (True, 1, True)
+    assert Path(workspace["path"]).is_dir()
+
+
+HOST = """
+import anyio, json, sys
+from pathlib import Path
+from supervisor import AbortSignal, SubagentRequest
+from supervisor.providers.acp import Provider, example_agent_config
+
+async def main() -> None:
+    config = example_agent_config(stderr="discard", workspace="worktree")
+    run = Provider(config).create_run(SubagentRequest(task="@slow 600000\\nsay hello", parent_cwd=Path.cwd()))
+    async with anyio.create_task_group() as tg:
+        await run.start(tg, AbortSignal())
+        print(json.dumps({"path": str(run._workspace.checkout.path)}), flush=True)
+        await run.result()
+
+anyio.run(main)
+"""
+
+
+def test_the_keeper_removes_the_worktree_of_a_host_that_died_mid_run(repo: Path) -> None:
+    import signal
+    import time
+
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST], cwd=repo, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    assert host.stdout is not None
+    with host.stdout:
+        path = Path(json.loads(host.stdout.readline())["path"])
+    assert path.is_dir()
+    assert Path(str(path) + ".json").exists()
+    host.send_signal(signal.SIGKILL)
+    host.wait()
+    deadline = time.monotonic() + 120  # a bound for a loaded machine, not a timing assumption
+    while (path.exists() or Path(str(path) + ".json").exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not path.exists()
+    assert not Path(str(path) + ".json").exists()
+    assert len(worktrees(repo)) == 1

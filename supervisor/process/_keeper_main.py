@@ -23,12 +23,9 @@ supervisor.  The sweep and ``subagents reap`` import the same primitives from he
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -315,6 +312,8 @@ def worktrees_dir() -> Path:
 
 
 def _git(repository: str, *args: str) -> None:
+    import subprocess  # here, not at the top: the keeper starts without it
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run(
@@ -327,6 +326,9 @@ def _git(repository: str, *args: str) -> None:
 def remove_worktrees(ended: Callable[[str], bool]) -> list[tuple[Path, str]]:
     """Remove every run worktree whose marker names a host ``ended`` says is gone (the worktree,
     its administrative files, then ``git worktree prune``); (path, host) of each removed."""
+    import json
+    import shutil
+
     removed: list[tuple[Path, str]] = []
     with contextlib.suppress(OSError):
         for marker in sorted(worktrees_dir().glob("*.json")):
