@@ -304,7 +304,9 @@ async def test_the_mcp_answer_carries_the_workspace(repo: Path, tmp_path: Path) 
         await session.initialize()
         result = await session.call_tool("run_subagent", {"task": WRITE})
     assert not result.is_error, result.content
-    workspace = (result.structured_content or {})["workspace"]
+    from supervisor.mcp._answers import result_facts
+
+    workspace = (result_facts(result) or {})["workspace"]
     assert (workspace["changed"], workspace["files_changed"], workspace["kept"]) == (True, 1, True)
     assert Path(workspace["path"]).is_dir()
 
