@@ -55,6 +55,7 @@ ClaudeCodeLifecycle = build_lifecycle(
             running=("query-run", "process"),
             teardown="teardown",
             turn_stage="query-run",
+            resume_stage="query-start",
             late=(
                 ClaudeCodeEvent.CLI_EXITED,
                 ClaudeCodeEvent.RESULT_SUCCEEDED,

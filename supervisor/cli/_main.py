@@ -194,6 +194,7 @@ _CAPABILITIES = (
     ("persona", "persona"),
     ("agent_options", "agentOptions"),
     ("conversation", "conversation"),
+    ("resume", "resume"),
 )
 
 

@@ -72,7 +72,7 @@ def test_a_relative_cli_path_is_resolved_against_the_base_directory(tmp_path: Pa
 def test_the_provider_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     provider = Provider(Config())
     assert provider.name == "claude-code"
-    assert provider.capabilities == Capabilities(conversation=True)
+    assert provider.capabilities == Capabilities(conversation=True, resume=True)
     assert provider.inherits_parent_context is False
     assert provider.cli.name == "claude"
     assert provider.cli.is_file()

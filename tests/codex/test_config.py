@@ -130,7 +130,7 @@ def test_a_wheel_without_its_binary_is_a_configuration_error(monkeypatch: pytest
 async def test_the_provider_shape(wheel: Path) -> None:
     provider = Provider(Config())
     assert provider.name == "codex"
-    assert provider.capabilities == Capabilities(conversation=True)
+    assert provider.capabilities == Capabilities(conversation=True, resume=True)
     assert provider.inherits_parent_context is False
     assert provider.binary == wheel
     assert Provider(Config(name="reviewer")).name == "reviewer"

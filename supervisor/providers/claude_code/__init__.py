@@ -25,7 +25,7 @@ from supervisor._errors import ConfigurationError
 from supervisor._handle import Run
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor._version import distribution_version
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
@@ -43,8 +43,9 @@ NO_BUNDLED_CLI = (
 )
 
 
-CAPABILITIES = Capabilities(conversation=True)
-"""No start-time option; a run can converse (the next user message to the same CLI)."""
+CAPABILITIES = Capabilities(conversation=True, resume=True)
+"""No start-time option; a run can converse (the next user message to the same CLI) and
+continue a kept session in a new CLI (``--resume <session id>``)."""
 
 
 class Provider:
@@ -76,10 +77,16 @@ class Provider:
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> Run:
         from supervisor.providers.claude_code._run import ClaudeCodeRun
 
-        context = RunContext(self.name, self.config, request, trace)
+        context = RunContext(self.name, self.config, request, trace, session=session)
         return ClaudeCodeRun(context, cli=self.cli, sdk_version=self.sdk_version)
 
 

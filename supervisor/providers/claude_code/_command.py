@@ -41,8 +41,10 @@ def asks_permission_over_stdio(mode: PermissionMode) -> bool:
     return mode is not PermissionMode.BYPASS_PERMISSIONS
 
 
-def cli_argv(cli: Path, config: Config) -> list[str]:
-    """The CLI's argv: stream-json both ways, no session persistence, the unattended policy."""
+def cli_argv(cli: Path, config: Config, *, keep: bool = False, resume: str | None = None) -> list[str]:
+    """The CLI's argv: stream-json both ways, the unattended policy, and no session
+    persistence unless the session is to be kept (``keep``) or is being continued
+    (``resume``: ``--resume <session id>``, from the same cwd and config directory)."""
     argv = [str(cli), "--output-format", "stream-json", "--verbose", "--system-prompt", ""]
     if config.max_turns is not None:
         argv += ["--max-turns", str(config.max_turns)]
@@ -50,7 +52,10 @@ def cli_argv(cli: Path, config: Config) -> list[str]:
     if asks_permission_over_stdio(config.permission_mode):
         argv += ["--permission-prompt-tool", "stdio"]
     argv += ["--permission-mode", str(config.permission_mode)]
-    argv += ["--no-session-persistence"]
+    if resume is not None:
+        argv += ["--resume", resume]
+    elif not keep:
+        argv += ["--no-session-persistence"]
     argv += ["--input-format", "stream-json"]
     return argv
 

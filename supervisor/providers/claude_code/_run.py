@@ -39,6 +39,7 @@ from machines.claude_code import CLAUDE_CODE_VOCABULARY, ClaudeCodeEvent, Claude
 from supervisor import _sdk_logging
 from supervisor._diagnostic import FailureFacts, join_lines
 from supervisor._logging import raw_failure
+from supervisor._resume import NotResumable
 from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
 from supervisor._waits import first_of
@@ -103,7 +104,12 @@ class ClaudeCodeRun(ProviderRun[Config]):
         config = self.config
         cwd = self.resolve_cwd(category="unknown")
         env = cli_environment(config, run_tag=self.id, cwd=cwd, sdk_version=self._sdk_version)
-        spec = self.spawn_spec(cli_argv(self._cli, config), cwd, env=env)
+        plan = self.session
+        resume = plan.resume if plan is not None else None
+        argv = cli_argv(self._cli, config, keep=plan is not None and plan.keep, resume=resume)
+        if resume is not None:
+            log.info("run %s: continuing the agent's session with --resume", self.id)
+        spec = self.spawn_spec(argv, cwd, env=env)
         self._transport = SupervisedTransport(
             spec=spec,
             task_group=self.task_group,
@@ -121,10 +127,21 @@ class ClaudeCodeRun(ProviderRun[Config]):
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
         except Exception as exc:
+            self._refused(resume)
             raise StepFailed(await self._startup_failure()) from exc
         if outcome is EXITED:
+            self._refused(resume)
             raise StepFailed(await self._startup_failure())
+        if resume is not None:  # published idle from query-start: the next turn is the first here
+            self.agent_session_id = resume
+            return
         self.fact(ClaudeCodeEvent.INITIALIZED)
+
+    def _refused(self, resume: str | None) -> None:
+        """A resume the CLI gave up on before any turn (an error result with no turn: it has
+        no such session here) is :class:`NotResumable`; any other start failure is not."""
+        if resume is not None and self._transport is not None and self._transport.refused_before_a_turn:
+            raise NotResumable("the Claude Code CLI cannot resume the session")
 
     def _options(self) -> ClaudeAgentOptions:
         """Only what reaches the CLI over the control protocol: the argv is built here."""
@@ -191,6 +208,9 @@ class ClaudeCodeRun(ProviderRun[Config]):
         elif isinstance(message, UserMessage):
             for result in self._tools.results(message):
                 self.note_tool_call(*result)
+        elif isinstance(message, SystemMessage) and message.subtype == "init":
+            data = message.data if isinstance(message.data, dict) else {}
+            self._session_seen(data.get("session_id"))
         elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
             self._decided("tool permission", "denied")
             data = message.data if isinstance(message.data, dict) else {}
@@ -204,7 +224,13 @@ class ClaudeCodeRun(ProviderRun[Config]):
                 self._denials.add(key)
             self.note_permission("denied")
 
+    def _session_seen(self, session_id: object) -> None:
+        """The CLI named its session (``init``, a result): kept host-side, when usable."""
+        if session_id is not None and session_id != self.agent_session_id:
+            self.agent_session_id = session_id
+
     def _result_of(self, message: ResultMessage) -> SubagentResult:
+        self._session_seen(message.session_id)
         facts = read_result(
             {
                 "subtype": message.subtype,

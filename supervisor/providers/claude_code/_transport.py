@@ -77,6 +77,10 @@ class SupervisedTransport(Transport):
         self.spawned = anyio.Event()
         self.output_ended = anyio.Event()  # no frame will reach the SDK any more
         self.stream_failure: StreamFailure | None = None
+        self.refused_before_a_turn = False
+        """An error ``result`` with no turn taken arrived (``is_error``, ``num_turns`` 0): the
+        CLI gave up before any model turn, as it does for a ``--resume`` of a session it does
+        not have (closed fields only; its ``errors`` text goes nowhere)."""
 
     @property
     def process(self) -> ManagedProcess | None:
@@ -191,6 +195,8 @@ class SupervisedTransport(Transport):
                     return
                 if message is None or await self._answered_here(message):
                     continue
+                if message.get("type") == "result" and _gave_up_before_a_turn(message):
+                    self.refused_before_a_turn = True
                 if message.get("type") == "control_request" and not self._inbound.admit():
                     log.warning("Claude Code CLI %d: too many unanswered control requests", process.pid)
                     self.stream_failure = StreamFailure(
@@ -229,6 +235,10 @@ class SupervisedTransport(Transport):
             await self._write(json.dumps(frame) + "\n")
         except CLIConnectionError as exc:
             log.debug("could not answer a Claude Code control request", exc_info=exc)
+
+
+def _gave_up_before_a_turn(result: dict[str, Any]) -> bool:
+    return result.get("is_error") is True and result.get("num_turns") == 0
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
