@@ -77,6 +77,10 @@ def untouched_roots() -> Iterator[None]:
 @pytest.fixture
 def places(tmp_path: Path) -> dict[str, Any]:
     """A workspace, a fake home with a key, a folder outside, a granted folder and file."""
+    return make_places(tmp_path)
+
+
+def make_places(tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "workspace").mkdir()
     (tmp_path / "home" / ".ssh").mkdir(parents=True)
     (tmp_path / "home" / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
@@ -352,3 +356,87 @@ async def test_a_root_child_in_process_tree_mode_sees_no_cgroup_mount(
     assert results["write_max_descendants"] == "ENOENT"
     assert results["see_release_agent"] == "False"
     assert results["write_core_pattern"] == "EROFS"
+
+
+NOBODY_HOST = """
+import anyio, json, os, sys
+from pathlib import Path
+from machines import TeardownLadder
+from supervisor.process import (
+    Confinement, ContainmentMode, ManagedProcess, SpawnSpec, StderrMode, child_environment, containment_for,
+)
+
+async def main() -> None:
+    places, repo, probe = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    tag = os.urandom(8).hex()
+    confinement = Confinement(writable=(Path(places["writable"]),), readable=(Path(places["readable"]), Path(repo)))
+    spec = SpawnSpec(
+        argv=[sys.executable, probe, json.dumps(places)], cwd=Path(places["workspace"]),
+        env=child_environment({}, run_tag=tag), run_tag=tag, stderr=StderrMode.LOG,
+        containment=containment_for(ContainmentMode.PROCESS_TREE), confinement=confinement,
+    )
+    async with anyio.create_task_group() as tg:
+        proc = await ManagedProcess.spawn(spec, tg)
+        line = await proc.stdout.readline()
+        report = await proc.teardown(TeardownLadder(), eof_grace=5.0, term_grace=2.0)
+        tg.cancel_scope.cancel()
+    print(json.dumps({"uid": os.geteuid(), "results": json.loads(line)["results"], "quiescent": report.quiescent}))
+
+anyio.run(main)
+"""
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@needs_landlock
+@pytest.mark.skipif(
+    not ROOT or not SYSTEM_PYTHON.exists(), reason="needs root (to become nobody) and a system python3.11"
+)
+def test_a_non_root_supervisor_confines_its_child_too() -> None:
+    """As uid 65534: no capability to lean on, so the shim sets no_new_privs before the ruleset;
+    every file the user may read (the key is world-readable here) is still out of the child's reach."""
+    import shutil
+    import site
+    import subprocess
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="subagent-nobody-", dir="/tmp"))  # pytest's folders are root's alone
+    try:
+        _confined_as_nobody(tmp, make_places(tmp), site.getsitepackages(), subprocess.run)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _confined_as_nobody(tmp: Path, places: dict[str, Any], site_packages: list[str], run: Any) -> None:
+    for path in (tmp, tmp / "home", tmp / "home" / ".ssh"):
+        path.chmod(0o755)
+    for path in (places["workspace"], tmp / "outside", tmp / "state"):
+        path.chmod(0o777)
+    for path in (Path(places["secret"]), Path(places["readable"])):
+        path.chmod(0o644)
+    Path(places["outside_file"]).chmod(0o666)
+    wanted = {k: (str(v) if isinstance(v, Path) else v) for k, v in places.items() if k != "tmp"}
+    host = run(
+        [str(SYSTEM_PYTHON), "-c", NOBODY_HOST, json.dumps(wanted), str(REPO), PROBE],
+        capture_output=True, text=True, timeout=120, cwd="/tmp",
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *site_packages])},
+        preexec_fn=_as_nobody, check=False,
+    )  # fmt: skip
+    assert host.returncode == 0, host.stderr[-2000:]
+    outcome = json.loads(host.stdout)
+    results = outcome["results"]
+    assert outcome["uid"] == 65534
+    assert outcome["quiescent"]
+    assert results["no_new_privs"] == "1"
+    assert results["read_secret"] == "EACCES"
+    assert results["write_outside"] == "EACCES"
+    assert results["truncate_outside"] == "EACCES"
+    assert results["write_workspace"] == "ok"
+    assert results["write_writable"] == "ok"
+    assert results["read_readable"] == "ok"
+    assert Path(places["outside_file"]).read_text() == "keep me"
