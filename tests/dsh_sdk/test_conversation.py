@@ -121,3 +121,30 @@ async def test_a_cancelled_turn_that_never_ends_ends_the_conversation(tmp_path: 
             await run.send("turn three")
     assert run.quiescent is True
     assert tagged(run.id) == []
+
+
+async def test_the_session_id_is_host_side_and_a_dsh_session_is_not_resumable(tmp_path: Path) -> None:
+    import uuid
+
+    from supervisor import ConversationEnd, ConversationOver, SessionPlan
+
+    provider = dsh(tmp_path)
+    registry = registry_with(provider)
+    async with registry.run(provider.name, request(tmp_path, "turn one"), conversation=True) as run:
+        result = await run.result()
+        session_id = run.agent_session_id
+    prompts = requests_of(tmp_path / RECORD, "session/prompt")
+    assert session_id == prompts[0]["params"]["sessionId"]
+    assert session_id not in result.output
+    assert provider.capabilities.resume is False  # the protocol has no way to continue a session
+    plan = SessionPlan(run_id=str(uuid.uuid4()), resume=session_id, turns_before=1)
+    with pytest.raises(ConversationOver) as caught:
+        async with registry.run(provider.name, request(tmp_path, "x"), conversation=True, session=plan):
+            pytest.fail("unreachable")
+    assert caught.value.reason is ConversationEnd.NOT_RESUMABLE
+    assert (
+        str(caught.value)
+        == "subagent conversation is over (provider: DSH SDK; turn: 1; reason: not resumable)"
+    )
+    assert len(requests_of(tmp_path / RECORD, "initialize")) == 1  # nothing spawned
+    assert len(requests_of(tmp_path / RECORD, "session/prompt")) == 1  # nothing sent

@@ -172,6 +172,9 @@ class DshSdkRun(ProviderRun[Config]):
         if not self._spliced:
             self._spliced = True
             self.fact(DshSdkEvent.PROMPT_SPLICED)
+            # The runtime created the session for the prompt (the client minted its id).
+            # Host-side only; a DSH session cannot be resumed (no such method in the protocol).
+            self.agent_session_id = self._session_id
         progress = self._progress
         if progress is None:
             return
