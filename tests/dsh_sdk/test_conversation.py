@@ -135,6 +135,7 @@ async def test_the_session_id_is_host_side_and_a_dsh_session_is_not_resumable(tm
         session_id = run.agent_session_id
     prompts = requests_of(tmp_path / RECORD, "session/prompt")
     assert session_id == prompts[0]["params"]["sessionId"]
+    assert session_id is not None
     assert session_id not in result.output
     assert provider.capabilities.resume is False  # the protocol has no way to continue a session
     plan = SessionPlan(run_id=str(uuid.uuid4()), resume=session_id, turns_before=1)
