@@ -291,6 +291,9 @@ async def test_a_root_child_is_not_the_machines_root(places: dict[str, Any], tas
     assert int(results["cap_bnd"], 16) == mask(KEPT_CAPABILITIES)
     assert not int(results["cap_bnd"], 16) >> CAPABILITIES["sys_admin"] & 1
     assert results["cgroup"] == "0::/"
+    # what a runtime sizing itself from its cgroup reads: the run's limits (a copy in its own group)
+    assert results["view_memory_limit"] == str(512 << 20)
+    assert results["view_pids_limit"] == "200"
     assert results["v2_view_procs"] == str(proc.pid)  # only itself
     assert results["v2_view_has_agent_group_above"] == "False"
     # it may write the root it sees: that root is its own group, and its limits are above it

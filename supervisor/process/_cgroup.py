@@ -262,6 +262,10 @@ class CgroupContainment:
                 enclosure.release()
                 raise
             enclosure.below = AGENT_GROUP
+            try:  # what it reads as its limits; the leaf's hold whatever becomes of these
+                cgroups.mirror(AGENT_GROUP)
+            except OSError as exc:
+                log.warning("run %s: its own group shows no limits: %r", run_tag, exc)
         return enclosure
 
 

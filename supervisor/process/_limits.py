@@ -584,6 +584,35 @@ class RunCgroups:
         if limits.cpu_max is not None:
             _cpu_files(self.leaves[CPU], self._version(CPU), limits.cpu_max)
 
+    def mirror(self, below: str) -> None:
+        """Set the run's limits again on the group ``below`` each leaf (a root child's own group).
+
+        The limits that hold are the leaf's, above everything the child sees; these copies are
+        what it reads (Node's heap, Go's ``GOMAXPROCS``), and raising them gains it nothing.  An
+        out-of-memory at the copy must still end the whole run: ``memory.oom.group`` there too
+        (v2), and the v1 watch listens on the group below (the kernel notifies the group out of
+        memory and the groups below it)."""
+        limits = self.limits
+        v2 = [c for c in (MEMORY, PIDS, CPU) if c in self.leaves and self._version(c) == 2]
+        wanted = {MEMORY: True, PIDS: limits.pids_max is not None, CPU: limits.cpu_max is not None}
+        enable = [c for c in v2 if wanted[c]]
+        if enable:
+            _write(self.v2_leaf / "cgroup.subtree_control", " ".join(f"+{c}" for c in enable))
+        if MEMORY in self.leaves:
+            group = self.leaves[MEMORY] / below
+            if limits.memory_max is not None:
+                _memory_files(group, self._version(MEMORY), limits.memory_max)
+            if self._version(MEMORY) == 2:
+                _write(group / "memory.oom.group", "1")
+            elif self._oom is not None:
+                watch = _arm_oom_watch(group)
+                self._oom.close()
+                self._oom = watch
+        if limits.pids_max is not None:
+            _pids_file(self.leaves[PIDS] / below, limits.pids_max)
+        if limits.cpu_max is not None:
+            _cpu_files(self.leaves[CPU] / below, self._version(CPU), limits.cpu_max)
+
     # -- counters ---------------------------------------------------------------------------
 
     def cpu_seconds(self) -> float | None:

@@ -60,6 +60,22 @@ def cgroup_mounts() -> dict[str, str]:
     return found
 
 
+def raise_v1_memory(group: Path) -> None:
+    """No memory limit in ``group`` (memory and swap first: it may never be below memory)."""
+    memsw = group / "memory.memsw.limit_in_bytes"
+    if memsw.exists():
+        write(memsw, "-1")
+    write(group / "memory.limit_in_bytes", "-1")
+
+
+def first_of(*paths: Path) -> str:
+    """The first of ``paths`` that exists, read (the limit the child sees in its own group)."""
+    for path in paths:
+        if path.exists():
+            return path.read_text().strip()
+    raise FileNotFoundError(2, "none of the limit files exists")
+
+
 def rewrite(path: Path, *, picked: bool = False) -> None:
     """Write a setting back as it is (``picked``: the bracketed word of a choice list)."""
     value = path.read_text().strip()
@@ -79,6 +95,14 @@ def cgroup_attacks(results: dict[str, str]) -> None:
     v2 = next(
         (p for p in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup") if Path(p, "cgroup.procs").exists()), None
     )
+    results["view_memory_limit"] = attempt(
+        lambda: first_of(
+            Path(v2 or "/nonexistent", "memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+        )
+    )
+    results["view_pids_limit"] = attempt(
+        lambda: first_of(Path(v2 or "/nonexistent", "pids.max"), Path("/sys/fs/cgroup/pids/pids.max"))
+    )
     results["v2_view_procs"] = attempt(
         lambda: " ".join(Path(v2 or "/nonexistent", "cgroup.procs").read_text().split())
     )
@@ -88,9 +112,7 @@ def cgroup_attacks(results: dict[str, str]) -> None:
     )
     results["make_groups"] = attempt(lambda: make_groups(Path(v2 or "/nonexistent"), 20))
     results["raise_memory_v2"] = attempt(lambda: write(Path(v2 or "/nonexistent", "memory.max"), "max"))
-    results["raise_memory_v1"] = attempt(
-        lambda: write(Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"), "-1")
-    )
+    results["raise_memory_v1"] = attempt(lambda: raise_v1_memory(Path("/sys/fs/cgroup/memory")))
     results["raise_pids_v1"] = attempt(lambda: write(Path("/sys/fs/cgroup/pids/pids.max"), "max"))
     results["see_devices_v1"] = str(Path("/sys/fs/cgroup/devices/devices.allow").exists())
     results["see_release_agent"] = str(
