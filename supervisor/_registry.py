@@ -32,7 +32,7 @@ from supervisor.journal import Journal
 from supervisor.journal import _switch as _journal
 
 if TYPE_CHECKING:
-    from supervisor._warm import WarmPool
+    from supervisor._warm import WarmKey, WarmPool
 
 log = logging.getLogger("supervisor")
 
@@ -183,6 +183,11 @@ class Registry:
             journal = self._journal
             await anyio.to_thread.run_sync(journal.close if self._own_journal else journal.flush)
 
+    def force_kill_warm(self) -> None:
+        """Skip the teardown graces of the warm children being ended (a second Ctrl-C)."""
+        if self._warm is not None:
+            self._warm.force_kill()
+
     async def prestart(self, name: str, count: int, *, cwd: str | os.PathLike[str] | None = None) -> None:
         """Keep ``count`` warm children of provider ``name`` for runs in ``cwd`` (the
         request's ``parent_cwd``; a configured ``cwd`` wins as for runs), and return once
@@ -201,12 +206,65 @@ class Registry:
             raise InvalidRequest(f'subagent provider "{name}" cannot be prestarted')
         require_asyncio()
         resolved = check_cwd(cwd, config)
-        key = WarmKey(name, _digest(config), resolved)
+        with _journal.using(self._journal):  # journaled: the warm sessions are opened to be kept
+            keep = _journal.keep_plan(provider) is not None
+        key = WarmKey(name, _digest(config), resolved, keep)
         if self._warm is None:
             self._warm = WarmPool()
         count = check_count(count, config, self._warm.kept_elsewhere(key))
         with _journal.using(self._journal):  # warm runs are journaled once taken and started
             await self._warm.prestart(key, provider, count)
+
+    def warm_target(self, name: str, cwd: str | os.PathLike[str] | None = None) -> int:
+        """How many warm children ``prestart`` keeps for provider ``name`` in ``cwd`` now
+        (0 for a provider that cannot be prestarted)."""
+        from supervisor._warm import WarmKey, _digest, check_cwd, warm_config
+
+        config = warm_config(self.get(name))
+        if config is None or self._warm is None:
+            return 0
+        with _journal.using(self._journal):
+            keep = _journal.keep_plan(self.get(name)) is not None
+        return self._warm.target(WarmKey(name, _digest(config), check_cwd(cwd, config), keep))
+
+    async def acquire_run(
+        self,
+        name: str,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+        journaled: bool = False,
+    ) -> Run:
+        """:meth:`create_run`, except that when no warm child is ready but one of the
+        same key is starting, this waits for it (it is ready no later than a cold start
+        begun now).  ``journaled`` (a front-end's run): a kind that can resume opens its
+        session to be resumed later when a journal is in use (``journaled_run``).
+        Checks nothing: call :meth:`check` first."""
+        with _journal.using(self._journal):  # the run's journal is fixed as it is handed out
+            if journaled and session is None:
+                session = _journal.keep_plan(self.get(name))
+            key = self._warm_key(name, request, session)
+            if key is not None:
+                assert self._warm is not None
+                run = await self._warm.claim(key, self.get(name), request, trace)
+                if run is not None:
+                    return run
+            return self._create_run(name, request, trace, session)
+
+    def _warm_key(self, name: str, request: SubagentRequest, session: SessionPlan | None) -> WarmKey | None:
+        """The key of the warm children a run could take; None when it can take none (no
+        warm children, a provider that cannot be prestarted, a plan beyond ``keep``)."""
+        if self._warm is None:
+            return None
+        if session is not None and (session != SessionPlan(keep=True)):
+            return None  # a run id or a session to resume: always a fresh child
+        from supervisor._warm import warm_config, warm_key
+
+        config = warm_config(self.get(name))
+        if config is None:
+            return None
+        return warm_key(name, config, request.parent_cwd, keep=session is not None)
 
     def create_run(
         self,
@@ -215,32 +273,28 @@ class Registry:
         *,
         trace: TransitionSink | None = None,
         session: SessionPlan | None = None,
+        journaled: bool = False,
     ) -> Run:
         """A run of provider ``name`` for ``request``, unstarted: a warm child of the same
         provider, config and cwd when one is ready (its ``start`` then publishes at once),
-        else a fresh one.  A run with a session plan is always a fresh one (a warm child
-        has its own run id and a new session already).  Checks nothing: call :meth:`check`
-        first."""
+        else a fresh one.  A run with a session plan beyond ``keep`` is always a fresh one
+        (a warm child has its own run id and a new session already).  ``journaled``: as
+        for :meth:`acquire_run`.  Checks nothing: call :meth:`check` first."""
         with _journal.using(self._journal):  # the run's journal is fixed as it is built
+            if journaled and session is None:
+                session = _journal.keep_plan(self.get(name))
             return self._create_run(name, request, trace, session)
 
     def _create_run(
         self, name: str, request: SubagentRequest, trace: TransitionSink | None, session: SessionPlan | None
     ) -> Run:
-        provider = self.get(name)
-        if session is not None:
-            return _create(provider, request, trace, session)
-        warm = self._warm
-        if warm is not None:
-            from supervisor._warm import warm_config, warm_key
-
-            config = warm_config(provider)
-            key = None if config is None else warm_key(name, config, request.parent_cwd)
-            if key is not None:
-                run = warm.take(key, provider, request, trace)
-                if run is not None:
-                    return run
-        return _create(provider, request, trace, _journal.keep_plan(provider))
+        key = self._warm_key(name, request, session)
+        if key is not None:
+            assert self._warm is not None
+            run = self._warm.take(key, self.get(name), request, trace)
+            if run is not None:
+                return run
+        return _create(self.get(name), request, trace, session)
 
     def register(self, provider: Provider) -> None:
         if provider.name in self._providers:
@@ -295,7 +349,7 @@ class Registry:
         provider = self.check(name, request, conversation=conversation)
         _check_session(provider, request, session, conversation=conversation)
         require_asyncio()
-        run = self.create_run(name, request, trace=trace, session=session)
+        run = await self.acquire_run(name, request, trace=trace, session=session)
         await _start(run, task_group, abort, conversation)
         return run
 
@@ -362,7 +416,7 @@ class Registry:
         provider = self.check(name, request, conversation=conversation)
         _check_session(provider, request, session, conversation=conversation)
         require_asyncio()
-        run = self.create_run(name, request, trace=trace, session=session)
+        run = await self.acquire_run(name, request, trace=trace, session=session)
         try:
             async with anyio.create_task_group() as tg:
                 await _start(run, task_group=tg, abort=abort, conversation=conversation)

@@ -47,7 +47,7 @@ from supervisor._config import ProviderConfig, config_digest
 from supervisor._errors import InvalidRequest, StartAborted, StartFailed
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun
-from supervisor._seam import SubagentRequest
+from supervisor._seam import SessionPlan, SubagentRequest
 from supervisor._waits import first_of
 from supervisor.process import CwdError, resolve_run_cwd
 from supervisor.process._limits import HOST_GROUPS
@@ -68,6 +68,9 @@ class WarmKey:
     provider: str
     digest: str
     cwd: Path
+    keep: bool = False
+    """Whether the session is opened to be resumed later (``SessionPlan(keep=True)``:
+    the run is journaled); a warm child serves only runs that asked the same."""
 
 
 @dataclass
@@ -80,6 +83,7 @@ class _Slot:
     failures: int = 0  # starts that failed, ever (prestart compares before and after)
     error: StartFailed | StartAborted | None = None  # the latest failure
     losses: int = 0  # children that died while waiting, in a row
+    claims: int = 0  # runs waiting for a child that is starting (``WarmPool.claim``)
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self) -> None:
@@ -140,6 +144,8 @@ class WarmPool:
         self._watchers: dict[ProviderRun[Any], anyio.CancelScope] = {}
         self._waits: set[anyio.CancelScope] = set()  # refills waiting for a first turn
         self._task_group: TaskGroup | None = None
+        self._ending: set[ProviderRun[Any]] = set()
+        self._forced = False
         self._host: asyncio.Task[None] | None = None
         self._stop = anyio.Event()
         self._closed = False
@@ -151,11 +157,17 @@ class WarmPool:
         slot = self._slots.get(key)
         return 0 if slot is None else len(slot.ready)
 
+    def target(self, key: WarmKey) -> int:
+        """How many children ``key`` keeps (ready or starting) by the latest ``prestart``."""
+        slot = self._slots.get(key)
+        return 0 if slot is None else slot.target
+
     def kept_elsewhere(self, key: WarmKey) -> int:
         return sum(slot.target for other, slot in self._slots.items() if other != key)
 
     async def prestart(self, key: WarmKey, provider: Any, count: int) -> None:
-        """Keep ``count`` ready children for ``key``; return once they are ready.
+        """Keep ``count`` ready children for ``key``; return once they are ready (and,
+        for a lower count, once the extra children, started or starting, are gone).
 
         Raises the start failure of a child started for it, if one fails meanwhile.
         """
@@ -164,13 +176,19 @@ class WarmPool:
         await self._ensure_host()
         slot = self._slots.setdefault(key, _Slot())
         slot.target, slot.losses = count, 0
+        extras = []
         while len(slot.ready) > slot.target:
-            extra = slot.ready.pop()
-            self._stop_watching(extra)
-            self._end_soon(extra)
+            extras.append(slot.ready.pop())
+            self._stop_watching(extras[-1])
+        if extras:  # a lower count returns once the extra children are gone
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as ending:
+                    for extra in extras:
+                        ending.start_soon(self._end, extra)
         failures = slot.failures
         self._fill(key, provider)
-        while len(slot.ready) < slot.target:
+        # ready: the count is ready and no start beyond it is still under way
+        while len(slot.ready) < slot.target or slot.kept > slot.target:
             if self._closed:
                 raise InvalidRequest("the registry was closed")
             if slot.failures > failures:
@@ -202,6 +220,38 @@ class WarmPool:
             slot.notify()
             return run
         return None
+
+    def force_kill(self) -> None:
+        """Skip the teardown graces of every untaken child being ended, now and later
+        (a second Ctrl-C)."""
+        self._forced = True
+        for run in list(self._ending):
+            run.force_kill()
+
+    async def claim(
+        self, key: WarmKey, provider: Any, request: SubagentRequest, trace: TransitionSink | None
+    ) -> ProviderRun[Any] | None:
+        """:meth:`take`, or, when none is ready but one is starting that no other run has
+        claimed, wait for it: it started before now, so it is ready no later than a cold
+        start begun now would be.  None when there is none to wait for (or its start
+        failed): the run starts cold."""
+        slot = self._slots.get(key)
+        if slot is None:
+            return None
+        run = self.take(key, provider, request, trace)
+        if run is not None or slot.starting <= slot.claims:
+            return run
+        slot.claims += 1
+        try:
+            while not self._closed:
+                await slot.changed.wait()
+                if slot.ready:
+                    return self.take(key, provider, request, trace)
+                if slot.starting < slot.claims:  # a start failed, or was ended unwanted
+                    return None
+            return None
+        finally:
+            slot.claims -= 1
 
     async def aclose(self) -> None:
         """End every untaken child (and every start under way); idempotent.  Waits for
@@ -247,7 +297,10 @@ class WarmPool:
         """Start one child for ``key`` and watch it until it is taken, dies or idles out."""
         slot = self._slots[key]
         request = SubagentRequest(task=WARM_TASK, parent_cwd=key.cwd)
-        run: ProviderRun[Any] = provider.create_run(request)
+        if key.keep:
+            run: ProviderRun[Any] = provider.create_run(request, session=SessionPlan(keep=True))
+        else:
+            run = provider.create_run(request)
         assert self._task_group is not None
         try:
             await run.prestart(self._task_group)
@@ -259,11 +312,16 @@ class WarmPool:
             log.warning("a warm child of %r could not be started", key.provider)
             slot.notify()
             return
-        slot.starting -= 1
-        if self._closed:  # a start under way when the pool closed is finished, then ended
-            await _end(run)
+        if self._closed or len(slot.ready) >= slot.target:
+            # Not wanted any more (the pool closed, or the count was lowered while it
+            # started): a start under way is finished, then ended, never cut off.
+            await self._end(run)
+            slot.starting -= 1
+            slot.notify()
             return
+        slot.starting -= 1
         run.audit.note("ready", run.stage, "warm")
+        log.info("run %s: a warm child of %r is ready", run.id, key.provider)
         scope = anyio.CancelScope()
         self._watchers[run] = scope
         slot.ready.append(run)
@@ -289,7 +347,7 @@ class WarmPool:
         if run in slot.ready:
             slot.ready.remove(run)
         slot.notify()
-        await _end(run)
+        await self._end(run)
 
     def _stop_watching(self, run: ProviderRun[Any]) -> None:
         scope = self._watchers.pop(run, None)
@@ -321,7 +379,17 @@ class WarmPool:
 
     def _end_soon(self, run: ProviderRun[Any]) -> None:
         if self._task_group is not None:
-            self._task_group.start_soon(_end, run)
+            self._task_group.start_soon(self._end, run)
+
+    async def _end(self, run: ProviderRun[Any]) -> None:
+        """Take an untaken child down (shielded); a failure is only logged."""
+        self._ending.add(run)
+        if self._forced:
+            run.force_kill()
+        try:
+            await _end(run)
+        finally:
+            self._ending.discard(run)
 
 
 def _alive(run: ProviderRun[Any]) -> bool:
@@ -355,14 +423,16 @@ async def _end(run: ProviderRun[Any]) -> None:
             log.error("run %s: a warm child's tree was not proven gone: %s", run.id, error)
 
 
-def warm_key(name: str, config: ProviderConfig, parent_cwd: Path | None) -> WarmKey | None:
+def warm_key(
+    name: str, config: ProviderConfig, parent_cwd: Path | None, *, keep: bool = False
+) -> WarmKey | None:
     """The key a run of ``config`` with ``parent_cwd`` would take a child of; None when its
     cwd does not resolve (the run starts cold and fails there, as it would have)."""
     try:
         cwd = resolve_run_cwd(config.cwd, parent_cwd)
     except (CwdError, ValueError):
         return None
-    return WarmKey(name, _digest(config), cwd)
+    return WarmKey(name, _digest(config), cwd, keep)
 
 
 _DIGESTS: dict[int, tuple[ProviderConfig, str]] = {}

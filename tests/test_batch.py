@@ -174,7 +174,10 @@ def test_at_most_concurrency_runs_at_once_by_the_childrens_own_clocks(tmp_path: 
     env = {"TIMED_LOG": str(log), "TIMED_BARRIER": "2", "ACP_CHILD_SLOW_MS": "50", "ACP_CHILD_TEXT": "a b c"}
     config = write_config(tmp_path / "c.toml", entry("timed", env, timed=True))
     source = write_input(tmp_path / "in.jsonl", *({"id": f"t{i}", "task": "go"} for i in range(6)))
-    proc = subagents_batch(str(source), "--config", str(config), "--concurrency", "2", cwd=tmp_path)
+    # no warm children: each child's own clock then spans its run alone
+    proc = subagents_batch(
+        str(source), "--config", str(config), "--concurrency", "2", "--warm", "0", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(by_id(proc.stdout)) == 6
     events: list[tuple[float, int]] = []

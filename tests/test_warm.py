@@ -264,3 +264,39 @@ async def test_the_warm_wait_is_in_the_runs_resources(tmp_path: Path) -> None:
         assert run.resources is not None
         assert run.resources.cpu_s is not None
         assert run.resources.cpu_s > 0
+
+
+async def test_a_local_batch_warms_ahead_of_its_queue_and_ends_what_it_kept(tmp_path: Path) -> None:
+    from supervisor import Run, batch
+    from supervisor.batching._jobs import BatchEvents, BatchRecord
+
+    class Seen(set[Run]):  # every run the batch had in flight
+        def __init__(self) -> None:
+            super().__init__()
+            self.runs: list[Run] = []
+
+        def add(self, run: Run) -> None:
+            self.runs.append(run)
+            super().add(run)
+
+    registry = registry_of()
+    seen = Seen()
+    items = [{"id": f"i{n}", "task": f"task {n}"} for n in range(3)]
+    records = [
+        record
+        async for record in batch(
+            items, registry=registry, concurrency=1, cwd=tmp_path, events=BatchEvents(live=seen)
+        )
+    ]
+    assert all(isinstance(record, BatchRecord) for record in records)
+    outputs = sorted(record.output for record in records if isinstance(record, BatchRecord))
+    assert outputs == [f"Hello! You asked: task {n}" for n in range(3)]
+    # every item ran on a warm child: the first prestarted before the queue, each next one
+    # refilled after the previous run's first turn (and waited for when still starting)
+    assert len(seen.runs) == 3
+    for run in seen.runs:
+        warm = [entry["event"] for entry in run.audit.as_dicts() if entry["machine"] == "warm"]
+        assert warm == ["ready", "taken"]
+    assert registry.warm_target("acp", tmp_path) == 0  # back to the caller's count
+    assert ready(registry, tmp_path) == 0
+    await registry.aclose()

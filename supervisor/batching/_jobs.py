@@ -284,7 +284,12 @@ def _describe(exc: ValidationError) -> str:
 
 
 async def run_job(
-    job: BatchJob, abort: AbortSignal, *, ray_node: str | None = None, live: set[Run] | None = None
+    job: BatchJob,
+    abort: AbortSignal,
+    *,
+    ray_node: str | None = None,
+    live: set[Run] | None = None,
+    registry: Registry | None = None,
 ) -> BatchRecord | None:
     """Start, settle and dispose one run (:func:`~supervisor.supervise`; an item with
     ``turns``: every turn of its conversation, see :func:`_converse`); None when ``abort``
@@ -293,7 +298,10 @@ async def run_job(
     A cancellation of the caller's scope is a local cancellation of the run: its tree is
     taken down (shielded) before the cancellation goes on.
     """
-    run = journaled_run(job.provider, job.request)
+    if registry is None:
+        run = journaled_run(job.provider, job.request)
+    else:  # a local batch's registry hands out a warm child of the same provider, config and cwd
+        run = await registry.acquire_run(job.provider.name, job.request, journaled=True)
     live = live if live is not None else set()
     began = time.monotonic()
     live.add(run)

@@ -32,7 +32,7 @@ from supervisor.batching._jobs import (
     Resolver,
     run_job,
 )
-from supervisor.journal import Journal
+from supervisor.batching._warmer import Warmer
 from supervisor.journal import _switch as _journal
 
 # -- the batch -------------------------------------------------------------------------
@@ -90,6 +90,7 @@ async def batch(
     *,
     registry: Registry | None = None,
     concurrency: int | None = None,
+    warm: int | None = None,
     ray: str | None = None,
     ray_num_cpus: float = 1,
     retry_lost: bool = False,
@@ -109,13 +110,18 @@ async def batch(
     ``ray`` (``"auto"`` or an address) runs each item as a Ray task instead, admitted by
     ``ray_num_cpus``.  Aborting ``abort`` cancels every running run (each is torn down
     before the iterator ends) and starts nothing more; cancelled runs yield nothing.
-    Ids in ``skip`` are passed over (resuming).  A caller that stops iterating early should
+    Ids in ``skip`` are passed over (resuming).  A local batch warms ahead of its queue:
+    it keeps ``warm`` (default: ``concurrency``; 0: none) warm children of its first
+    provider in ``cwd`` (see
+    :class:`~supervisor.batching._warmer.Warmer`), each replaced once its run's first
+    turn has settled, until the queue is empty.  A caller that stops iterating early should
     close the iterator (``contextlib.aclosing``): closing it cancels and disposes the runs
     still in flight.  An item's relative ``cwd`` is resolved
     against ``base_dir``; an item without one runs in ``cwd`` (both default to the
     current directory).
     """
     require_asyncio()
+    owned = registry is None  # a registry of the batch's own is closed with it
     registry = registry if registry is not None else default_registry()
     here = Path.cwd()
     resolver = Resolver(registry, base_dir=base_dir or here, default_cwd=cwd or here)
@@ -135,14 +141,24 @@ async def batch(
     width = concurrency if concurrency is not None else (os.cpu_count() or 1)
     if width < 1:
         raise ValueError("concurrency must be at least 1")
-    local = _local(source, width, abort, events, registry.journal)
-    async with contextlib.aclosing(local):  # type: ignore[type-var]
-        async for outcome in local:
-            yield outcome
+    if warm is not None and (isinstance(warm, bool) or not isinstance(warm, int) or warm < 0):
+        raise ValueError("warm must be a non-negative integer")
+    warmer = Warmer(registry, registry.list()[0], cwd or here, width if warm is None else warm)
+    try:
+        await warmer.begin()
+        local = _local(source, width, abort, events, registry, warmer)
+        async with contextlib.aclosing(local):  # type: ignore[type-var]
+            async for outcome in local:
+                yield outcome
+    finally:
+        with anyio.CancelScope(shield=True):
+            await warmer.end()
+            if owned:
+                await registry.aclose()
 
 
 async def _local(
-    source: _Source, width: int, abort: AbortSignal, events: BatchEvents, journal: Journal | None
+    source: _Source, width: int, abort: AbortSignal, events: BatchEvents, registry: Registry, warmer: Warmer
 ) -> AsyncIterator[Outcome]:
     send, receive = anyio.create_memory_object_stream[Outcome](max_buffer_size=width)
 
@@ -154,8 +170,8 @@ async def _local(
                     continue
                 events.started(item.id)
                 try:
-                    with _journal.using(journal):  # the registry's journal, if it has one
-                        record = await run_job(item, abort, live=events.live)
+                    with _journal.using(registry.journal):  # the registry's journal, if it has one
+                        record = await run_job(item, abort, live=events.live, registry=registry)
                 except SubagentError as exc:  # a run that cannot be built (a broken plug-in, a ceiling)
                     await out.send(BatchError(id=item.id, error=str(exc)))
                     continue
@@ -163,6 +179,7 @@ async def _local(
                     events.cancelled(item.id)
                 else:
                     await out.send(record)
+            await warmer.end()  # the queue is empty: no more refills
 
     async with anyio.create_task_group() as tg:
         async with send:

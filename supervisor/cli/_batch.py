@@ -37,6 +37,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--config", metavar="FILE", type=Path, help="TOML file of [[provider]] entries")
     parser.add_argument("--out", metavar="FILE", type=Path, help="where the records go (default: stdout)")
     parser.add_argument("--concurrency", metavar="N", type=INTEGER, help="runs at once (default: CPU count)")
+    parser.add_argument(
+        "--warm",
+        metavar="N",
+        type=INTEGER,
+        help="warm children kept ahead of the queue (default: --concurrency)",
+    )
     parser.add_argument("--resume", action="store_true", help="skip ids already recorded in --out")
     parser.add_argument("--ray", metavar="ADDRESS", help="run each task as a Ray task (auto or an address)")
     parser.add_argument("--ray-num-cpus", metavar="X", type=NUMBER, default=1.0, help="CPUs per Ray task")
@@ -83,6 +89,8 @@ def command(args: argparse.Namespace) -> int:
 
     if args.concurrency is not None and args.concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
+    if args.warm is not None and args.warm < 0:
+        raise ConfigError("--warm must be at least 0")
     if not args.ray_num_cpus > 0:
         raise ConfigError("--ray-num-cpus must be a positive number")
     if args.resume and args.out is None:
@@ -148,6 +156,7 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes]
                     elif signum == signal.SIGINT:  # a second Ctrl-C: no more graces (local runs)
                         for run in list(events.live):
                             run.force_kill()
+                        registry.force_kill_warm()
 
         events = BatchEvents(started=progress.started, cancelled=progress.cancelled_run)
         tg.start_soon(watch_signals)
@@ -157,6 +166,7 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes]
                 lines,
                 registry=registry,
                 concurrency=args.concurrency,
+                warm=args.warm,
                 ray=args.ray,
                 ray_num_cpus=args.ray_num_cpus,
                 retry_lost=args.retry_lost,
@@ -180,6 +190,8 @@ async def _main(args: argparse.Namespace, registry: Registry, lines: list[bytes]
                 all_completed = all_completed and outcome.completed
         finally:
             progress.close()
+            with anyio.CancelScope(shield=True):
+                await registry.aclose()  # the warm children no run took (the batch ended them)
             tg.cancel_scope.cancel()
     if output_failed:
         sys.stderr.write(f"subagents: {output_failed[0]}; the batch stopped (--resume runs the rest)\n")

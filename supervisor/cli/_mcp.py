@@ -28,6 +28,13 @@ def add_parser(commands: Any) -> None:
     mcp.add_argument(
         "--max-concurrent", metavar="N", type=INTEGER, default=4, help="runs at once (default 4)"
     )
+    mcp.add_argument(
+        "--warm",
+        metavar="N",
+        type=INTEGER,
+        default=0,
+        help="warm children of the default provider kept ready in the first root (default 0)",
+    )
     add_ceiling_arguments(mcp)
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
@@ -53,6 +60,21 @@ class _StopRequested:
         return self.signal is not None
 
 
+def _check_warm(registry: Any, name: str, count: int, cwd: Path) -> None:
+    """``--warm N`` that could never be kept is a configuration error before serving."""
+    from supervisor._errors import InvalidRequest
+    from supervisor._warm import check_count, check_cwd, warm_config
+
+    config = warm_config(registry.get(name))
+    if config is None:
+        raise ConfigError(f'--warm: subagent provider "{name}" cannot be prestarted')
+    try:
+        check_cwd(cwd, config)
+        check_count(count, config, 0)
+    except InvalidRequest as exc:
+        raise ConfigError(f"--warm: {exc}") from None
+
+
 def command(args: argparse.Namespace) -> int:
     """Serve until the client goes away; a ConfigError raised here means nothing ran (exit 2)."""
     stopped = _StopRequested()  # first: the imports below take a while
@@ -71,6 +93,8 @@ def command(args: argparse.Namespace) -> int:
         raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
     if args.max_concurrent < 1:
         raise ConfigError("--max-concurrent must be at least 1")
+    if args.warm < 0:
+        raise ConfigError("--warm must be at least 0")
     roots: list[Path] = []
     for raw in args.root or [os.getcwd()]:
         try:
@@ -83,8 +107,14 @@ def command(args: argparse.Namespace) -> int:
     from supervisor.cli._journal import open_for_command
 
     open_for_command(args, args.config)
+    if args.warm:
+        _check_warm(registry, names[0], args.warm, roots[0])
     settings = _mcp.McpSettings(
-        registry=registry, providers=tuple(names), roots=tuple(roots), max_concurrent=args.max_concurrent
+        registry=registry,
+        providers=tuple(names),
+        roots=tuple(roots),
+        max_concurrent=args.max_concurrent,
+        warm=args.warm,
     )
     telemetry.configure_from_cli(args.otel)
     try:

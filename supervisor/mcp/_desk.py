@@ -39,7 +39,7 @@ from supervisor._errors import (
     TurnInProgress,
 )
 from supervisor._handle import Run
-from supervisor._registry import Registry, journaled_run
+from supervisor._registry import Registry
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import PinnedDirectory, pinned
@@ -226,7 +226,12 @@ class Desk:
                 holder[0].on_transition(entry)
 
         entry = DeskRun(
-            run=journaled_run(chosen, request, trace=trace), provider=provider, pin=pin, keep_alive=keep_alive
+            # a ready warm child, when one fits (one still starting is not waited for: the
+            # run id is answered at once)
+            run=self._registry.create_run(chosen.name, request, trace=trace, journaled=True),
+            provider=provider,
+            pin=pin,
+            keep_alive=keep_alive,
         )
         holder.append(entry)
         self._runs[entry.run_id] = entry

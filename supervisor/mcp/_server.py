@@ -62,6 +62,8 @@ class McpSettings:
     providers: tuple[str, ...]
     roots: tuple[Path, ...]
     max_concurrent: int
+    warm: int = 0
+    """Warm children of the default provider kept in the first root (``--warm N``)."""
 
 
 def _task_schema(providers: tuple[str, ...]) -> dict[str, Any]:
@@ -408,20 +410,35 @@ async def serve(settings: McpSettings, *, stopped: Callable[[], bool] = lambda: 
     and SIGKILL 400 ms later.  ``stopped`` tells whether such a signal came before the
     server could listen for it.
     """
-    async with anyio.create_task_group() as outer:
-        async with anyio.create_task_group() as runs_group:
-            desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
-            board = TaskBoard(runs_group)
-            with anyio.CancelScope() as serving:
-                await outer.start(_watch_signals, serving, desk)
-                if stopped():
-                    serving.cancel()
-                try:
-                    await _serve_session(settings, desk, board)
-                finally:
-                    desk.cancel_all()  # the client is gone: every run ends, each tree torn down
-        outer.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as outer:
+            if settings.warm:
+                outer.start_soon(_keep_warm, settings)  # in the background: initialize is not delayed
+            async with anyio.create_task_group() as runs_group:
+                desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
+                board = TaskBoard(runs_group)
+                with anyio.CancelScope() as serving:
+                    await outer.start(_watch_signals, serving, desk)
+                    if stopped():
+                        serving.cancel()
+                    try:
+                        await _serve_session(settings, desk, board)
+                    finally:
+                        desk.cancel_all()  # the client is gone: every run ends, each tree torn down
+            outer.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await settings.registry.aclose()  # the warm children no run took
     return 0
+
+
+async def _keep_warm(settings: McpSettings) -> None:
+    """``--warm N``: keep N warm children of the default provider in the first root.  A
+    child that cannot start is logged; the runs then start cold."""
+    try:
+        await settings.registry.prestart(settings.providers[0], settings.warm, cwd=settings.roots[0])
+    except SubagentError as exc:
+        log.warning("mcp: no warm children: %s", exc)
 
 
 async def _serve_session(settings: McpSettings, desk: Desk, board: TaskBoard) -> None:
