@@ -78,4 +78,4 @@ async def test_a_tool_call_runs_on_a_warm_child_and_the_server_ends_the_rest(tmp
 
 def test_a_bad_warm_count_is_a_usage_error_before_serving(tmp_path: Path) -> None:
     proc = subprocess.run([*SERVER, "--warm", "-1"], capture_output=True, text=True, cwd=tmp_path)
-    assert (proc.returncode, proc.stderr) == (2, "subagents: --warm must be at least 0\n")
+    assert (proc.returncode, proc.stderr) == (2, "subagents: argument --warm: must be a positive integer\n")
