@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -284,3 +285,57 @@ def test_chat_resume_with_a_changed_config_exits_2_naming_the_provider(tmp_path:
         2,
         f"subagents: no run no-such-run in the journal {journal}\n",
     )
+
+
+# -- MCP: send_subagent on a run id the server does not hold but the journal does --------------
+
+
+def test_mcp_send_subagent_resumes_a_journaled_conversation(tmp_path: Path) -> None:
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from supervisor.mcp._answers import result_facts
+    from supervisor.providers.acp import EXAMPLE_AGENT
+
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir()
+    config = tmp_path / "agents.toml"
+    config.write_text(
+        f'[[provider]]\nkind = "acp"\nname = "example"\ncommand = {json.dumps(sys.executable)}\n'
+        f'args = ["-I", {json.dumps(str(EXAMPLE_AGENT))}]\n'
+        f"env = {{ SUBAGENT_EXAMPLE_SESSIONS = {json.dumps(str(sessions))} }}\n"
+    )
+    env = {**os.environ, "SUBAGENTS_JOURNAL": str(journal)}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "supervisor.cli", "mcp", "--config", str(config)],
+        cwd=str(tmp_path),
+        env=env,
+    )
+
+    async def call(tool: str, arguments: dict[str, Any]) -> tuple[str, Any, bool]:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool(tool, arguments)
+            (content,) = result.content
+            assert content.type == "text"
+            return content.text, result_facts(result), bool(result.is_error)
+
+    async def main() -> None:
+        # one server: turn 1, then the server goes away (the conversation is closed with it)
+        _, first, is_error = await call("run_subagent", {"task": "the blue door", "keep_alive": True})
+        assert not is_error
+        run_id = first["run_id"]
+        # another server, which never held the run: the journal has it
+        text, second, is_error = await call("send_subagent", {"run_id": run_id, "task": "@recall"})
+        assert not is_error, text
+        assert (second["run_id"], second["turn"], second["stop_reason"]) == (run_id, 2, "completed")
+        assert second["output"] == "Earlier in this session you asked: the blue door"
+        text, _, is_error = await call("send_subagent", {"run_id": "no-such-run", "task": "hi"})
+        assert is_error
+        assert text == "no subagent run with id 'no-such-run'"
+
+    anyio.run(main, backend="asyncio")
+    [record] = list_runs(journal)
+    assert (record.state, record.turns, record.resumes) == ("ended", 2, 1)
+    wait_children_gone()

@@ -40,7 +40,7 @@ from supervisor._errors import (
 )
 from supervisor._handle import Run
 from supervisor._registry import Registry
-from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
+from supervisor._seam import Resources, SessionPlan, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import PinnedDirectory, pinned
 from supervisor.workspace import Workspace
@@ -155,6 +155,8 @@ class DeskRun:
     """A sent turn waiting for a slot (cancel_subagent drops it)."""
     first_turn: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     """The conversation's wait for its first turn (close_subagent ends it at once)."""
+    resumed: bool = False
+    """A journaled conversation reopened by a cold resume: published idle, without a turn."""
 
     @property
     def run_id(self) -> str:
@@ -238,6 +240,24 @@ class Desk:
         self._task_group.start_soon(self._converse if keep_alive else self._drive, entry)
         return entry
 
+    def resume(self, provider: str, request: SubagentRequest, session: SessionPlan) -> DeskRun:
+        """Queue the cold resume of a journaled conversation (``send_subagent`` on a run id
+        the journal holds): it starts in a slot and is published idle; a caller waits for
+        ``entry.quiet`` before its first send.  An agent that cannot continue the session
+        settles it with the closed ``not resumable`` line."""
+        holder: list[DeskRun] = []
+
+        def trace(entry: Transition) -> None:
+            if holder:
+                holder[0].on_transition(entry)
+
+        run = self._registry.create_run(provider, request, trace=trace, session=session)
+        entry = DeskRun(run=run, provider=provider, keep_alive=True, resumed=True)
+        holder.append(entry)
+        self._runs[entry.run_id] = entry
+        self._task_group.start_soon(self._converse, entry)
+        return entry
+
     def get(self, run_id: str) -> DeskRun | None:
         return self._runs.get(run_id)
 
@@ -311,6 +331,7 @@ class Desk:
         run = entry.run
         start_error: StartFailed | StartAborted | None = None
         teardown_error: TeardownFailed | None = None
+        refused: ConversationOver | None = None  # a cold resume the agent cannot continue
         published = False
         try:
             async with anyio.create_task_group() as tg:  # the run's background work lives here
@@ -326,16 +347,22 @@ class Desk:
                         except (StartFailed, StartAborted) as exc:
                             start_error = exc
                             return
+                        except ConversationOver as exc:  # rolled back already: closed facts
+                            refused = exc
+                            return
                         finally:
                             self._release_pin(entry)
                         published = entry.published = True
-                        with entry.first_turn:  # close() cancels it: the dispose below ends the turn
-                            result = await run.result()
-                            if not run.cancelled_locally:  # else it winds down on its own
-                                await entry.turn_moved.wait()
-                            if not entry.closing.is_set():
-                                entry.last = self._settled(entry, result, DeskState.IDLE)
-                                entry.set_state(DeskState.IDLE)
+                        if entry.resumed:  # a cold resume has no turn yet: idle at once
+                            entry.set_state(DeskState.IDLE)
+                        else:
+                            with entry.first_turn:  # close() cancels it: the dispose below ends the turn
+                                result = await run.result()
+                                if not run.cancelled_locally:  # else it winds down on its own
+                                    await entry.turn_moved.wait()
+                                if not entry.closing.is_set():
+                                    entry.last = self._settled(entry, result, DeskState.IDLE)
+                                    entry.set_state(DeskState.IDLE)
                     await entry.closing.wait()
                 finally:
                     if published:
@@ -348,10 +375,16 @@ class Desk:
         finally:
             if entry.settled is None:
                 final: SubagentResult | None = None
-                if published:
+                if published and not (entry.resumed and entry.last is None):
                     with anyio.CancelScope(shield=True):
                         final = await run.result()
-                if published or start_error is not None:
+                if refused is not None:
+                    self._settle(entry, StopReason.ERROR, "", None, ended=str(refused))
+                elif published and entry.resumed and entry.last is None:  # closed before any turn
+                    over = run.conversation_over
+                    ended = "subagent conversation is over" if over is None else str(over)
+                    self._settle(entry, StopReason.ABORTED, "", None, ended=ended)
+                elif published or start_error is not None:
                     self._settle_outcome(entry, RunOutcome(run, final, start_error, teardown_error))
                 else:  # aborted before it began: nothing ever spawned
                     self._settle(entry, StopReason.ABORTED, "", None)

@@ -33,10 +33,12 @@ import anyio.abc
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
-from supervisor._errors import SubagentError, TurnInProgress
-from supervisor._registry import Registry
+from supervisor._errors import InvalidRequest, SubagentError, TurnInProgress
+from supervisor._registry import Registry, build_run
 from supervisor._seam import SubagentRequest
 from supervisor._version import package_version
+from supervisor.journal import _switch as _journal
+from supervisor.journal._resume import plan_resume
 from supervisor.mcp._answers import settled_result, tool_result
 from supervisor.mcp._desk import Desk, DeskError, DeskRun, DeskState, Settled, inside_roots
 from supervisor.mcp._progress import progress, status_line
@@ -286,6 +288,31 @@ class SubagentTools:
         else:
             self._desk.cancel(entry)
 
+    async def _resume(self, run_id: str) -> None:
+        """A cold resume of a journaled conversation (SPEC 21), before its first send: the
+        same checks as ``Registry.resume`` plus the server's roots for its cwd; a run no
+        journal holds is the usual unknown run."""
+        journal = self._settings.registry.journal or _journal.current()
+        if journal is None:
+            return  # no journal: _sending says the run is unknown
+        try:
+            plan = plan_resume(journal, run_id, lookup=self._settings.registry.get, probe=build_run)
+        except InvalidRequest as exc:
+            if str(exc).startswith(f"no run {run_id} in the journal"):
+                return
+            raise ToolError(str(exc)) from None
+        except SubagentError as exc:  # a changed config, not resumable: closed facts
+            raise ToolError(str(exc)) from None
+        if not _within(plan.request.parent_cwd, self._settings.roots):
+            raise ToolError("cwd is outside the allowed roots")
+        entry = self._desk.resume(plan.provider, plan.request, plan.session)
+        await entry.quiet.wait()  # published idle, or settled (the agent could not continue it)
+        if entry.state is DeskState.SETTLED:
+            assert entry.settled is not None
+            raise ToolError(
+                entry.settled.ended or entry.settled.diagnostic or "subagent run could not be resumed"
+            )
+
     def _sending(self, arguments: dict[str, Any]) -> tuple[DeskRun, str]:
         entry = self._entry(arguments, allowed=frozenset({"run_id", "task"}))
         task = _task(arguments)
@@ -294,6 +321,9 @@ class SubagentTools:
         return entry, task
 
     async def _send(self, ctx: ServerRequestContext[Any], arguments: dict[str, Any]) -> types.CallToolResult:
+        run_id = arguments.get("run_id")
+        if isinstance(run_id, str) and self._desk.get(run_id) is None:
+            await self._resume(run_id)  # a run this server does not hold, but the journal may
         entry, task = self._sending(arguments)
         async with progress(ctx, entry):
             # A cancelled request cancels the turn (local cancellation); the conversation stays.
@@ -387,6 +417,11 @@ def _trace_carrier(meta: Any) -> dict[str, str]:
     if not meta:
         return {}
     return {key: value for key in ("traceparent", "tracestate") if isinstance(value := meta.get(key), str)}
+
+
+def _within(cwd: Path | None, roots: tuple[Path, ...]) -> bool:
+    """Whether a resumed run's journaled cwd is inside the server's roots (its real path)."""
+    return cwd is not None and inside_roots(Path(os.path.realpath(cwd)), list(roots))
 
 
 def _list_text(runs: list[dict[str, Any]]) -> str:
