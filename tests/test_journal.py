@@ -556,3 +556,18 @@ def test_a_warm_child_is_journaled_once_taken_with_its_whole_trail(tmp_path: Pat
     assert full is not None
     assert [(a["event"], a["machine"]) for a in full.audit] == [(a["event"], a["machine"]) for a in trail]
     assert [a["t"] for a in full.audit] == [a["t"] for a in trail]
+
+
+def test_an_empty_sqlite_file_is_migrated_to_the_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    sqlite3.connect(path).close()  # an empty database: schema version 0, no application id
+    with Journal(path) as journal:
+        assert journal.writing
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA user_version").fetchone() == (_schema.VERSION,)
+        assert connection.execute("PRAGMA application_id").fetchone() == (_schema.APPLICATION_ID,)
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+    assert list_runs(path) == []

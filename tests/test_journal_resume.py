@@ -339,3 +339,37 @@ def test_mcp_send_subagent_resumes_a_journaled_conversation(tmp_path: Path) -> N
     [record] = list_runs(journal)
     assert (record.state, record.turns, record.resumes) == ("ended", 2, 1)
     wait_children_gone()
+
+
+def test_chat_resume_of_a_session_the_agent_lost_is_one_line_exit_1(tmp_path: Path) -> None:
+    journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
+    sessions.mkdir()
+    keep = ["--env", f"SUBAGENT_EXAMPLE_SESSIONS={sessions}"]
+    done = subprocess.run(
+        [*CLI, "chat", *keep, "--json"],
+        cwd=tmp_path,
+        input="one\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout.splitlines()[0])["run_id"]
+    for file in sessions.iterdir():
+        file.unlink()
+    again = subprocess.run(
+        [*CLI, "chat", *keep, "--resume", run_id],
+        cwd=tmp_path,
+        input="two\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr.endswith(
+        "subagents: subagent conversation is over (provider: ACP; turn: 1; reason: not resumable)\n"
+    )
+    assert "Traceback" not in again.stderr
+    wait_children_gone()

@@ -285,7 +285,12 @@ class _Chat:
                 self.phase = "waiting"
                 self._report_turn(run.turn, result)
 
-        start_error, teardown_error = await lifetime(run, self.abort, turns, conversation=True)
+        try:
+            start_error, teardown_error = await lifetime(run, self.abort, turns, conversation=True)
+        except BaseExceptionGroup as group:  # the start's own error, out of the run's task group
+            if len(group.exceptions) == 1 and isinstance(group.exceptions[0], ConversationOver):
+                raise group.exceptions[0] from None
+            raise
         self.timer.cancel()
         if not_sent is not None:
             self._report_not_sent(not_sent)
