@@ -316,12 +316,29 @@ def console() -> NoReturn:
     sys.exit(status)
 
 
+def _join_idle_workers() -> None:
+    """Let anyio's worker threads end: the event loop is closed and each was told to stop,
+    but one still winding down (they are not daemons) would send the exit down the
+    interpreter's slow path (about 0.2 s, and seconds on a loaded machine: past the 500 ms
+    the Claude Code CLI gives ``subagents mcp`` before SIGKILL).  One still busy after a
+    short wait (a blocking call it was abandoned in) keeps the interpreter's own exit."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "AnyIO worker thread" and not thread.daemon:
+            thread.join(timeout=WORKER_JOIN_SECONDS)
+
+
+WORKER_JOIN_SECONDS = 0.25
+
+
 def _quick_exit(status: int) -> None:
     import atexit
     import os
     import threading
 
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+    _join_idle_workers()
     if run_exitfuncs is None or any(
         t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
     ):

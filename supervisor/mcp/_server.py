@@ -19,6 +19,8 @@ Conversations (``keep_alive``, ``send_subagent``, ``close_subagent``) are the de
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -31,6 +33,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server import Server, ServerRequestContext
 
 from supervisor._errors import InvalidRequest, SubagentError, TurnInProgress
@@ -513,11 +516,41 @@ async def _serve_session(settings: McpSettings, desk: Desk, board: TaskBoard) ->
 async def _watch_signals(
     serving: anyio.CancelScope, desk: Desk, *, task_status: anyio.abc.TaskStatus[None]
 ) -> None:
-    """The first stop signal ends the session; any later one skips the teardown graces."""
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        task_status.started()
-        async for _signum in signals:
-            if not serving.cancel_called:
-                serving.cancel()
-            else:
-                desk.force_kill_all()
+    """The first stop signal ends the session; any later one skips the teardown graces.
+
+    The signals are caught by plain Python handlers that hand them to the event loop, not by
+    the loop's own signal handlers: closing those puts each signal back to its default action,
+    and a SIGTERM in what is left of the exit (the event loop's shutdown, telemetry's flush,
+    the host group's removal) then ended the server with -15; the Claude Code CLI sends one
+    100 ms after its SIGINT.  When this task ends (the runs are gone) the signals are ignored
+    for the rest of the exit."""
+    loop = asyncio.get_running_loop()
+    send, receive = anyio.create_memory_object_stream[int](math.inf)
+
+    def handed_over(signum: int, frame: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the exit is under way
+            loop.call_soon_threadsafe(_offer, send, signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handed_over)
+    try:
+        async with receive:
+            task_status.started()
+            async for _signum in receive:
+                if not serving.cancel_called:
+                    serving.cancel()
+                else:
+                    desk.force_kill_all()
+    finally:
+        # Ignored, not a Python handler: the interpreter's own exit (taken when a thread is
+        # still alive) puts every signal that has a Python handler back to its default
+        # action before the process ends, and SIG_IGN is the one disposition it leaves.
+        # Nothing is spawned from here on (the runs are gone), so no child inherits it.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        send.close()
+
+
+def _offer(send: MemoryObjectSendStream[int], signum: int) -> None:
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        send.send_nowait(signum)

@@ -207,7 +207,7 @@ def test_an_oversized_request_is_one_error_answer_and_the_server_goes_on(
         # an id the line's first bytes do not show (it comes after the large part): id null
         server.send_text('{"jsonrpc": "2.0", "params": {"pad": "' + "y" * (17 * 2**20) + '"}, "id": 99}')
         listed = server.call("list_subagents", "{}")  # the server goes on, the next frame is read
-        assert listed["structuredContent"] == {"runs": []}
+        assert facts(listed) == {"runs": []}
         refusals = [json.loads(f) for f in server.frames if b'"error"' in f]
         assert [r["id"] for r in refusals] == [answer["id"], None]
     finally:

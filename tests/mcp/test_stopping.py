@@ -259,3 +259,45 @@ def test_a_server_whose_stdin_is_dev_null_ends_at_once_with_exit_0(tmp_path: Pat
     assert proc.returncode == 0
     assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")[-3000:]
     assert proc.stdout in (b"", None)
+
+
+def completed_run(mcp: Server) -> None:
+    call = mcp.request("tools/call", {"name": "run_subagent", "arguments": {"task": "t"}})
+    while (answer := mcp.receive()).get("id") != call:
+        pass
+    assert facts(answer["result"])["stop_reason"] == "completed"
+
+
+def test_a_client_that_keeps_signalling_after_a_run_still_gets_exit_0(tmp_path: Path) -> None:
+    """After a run: SIGINT, then SIGTERM again and again until the server is gone.  Before: once
+    the runs were down the server restored the signals' default action for the rest of its exit
+    (the event loop's shutdown, telemetry's flush), and a SIGTERM there ended it with -15 (the
+    Claude Code CLI's SIGTERM 100 ms after SIGINT did, 2 times in 6).  Each signal is sent after
+    the previous one, whatever the timing: the exit status is the only thing asserted."""
+    config = write_config(tmp_path / "c.toml", graces_ms=300)
+    with server(tmp_path, config) as mcp:
+        mcp.initialize()
+        completed_run(mcp)
+        mcp.proc.send_signal(signal.SIGINT)
+        while mcp.proc.poll() is None:
+            mcp.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                mcp.proc.wait(timeout=0.005)
+        assert mcp.proc.returncode == 0
+        assert mcp.proc.stderr is not None
+        errors = mcp.proc.stderr.read()
+        assert b"Traceback" not in errors, errors.decode(errors="replace")[-3000:]
+    assert not tagged_any()
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_sigint_then_sigterm_100_ms_later_after_a_run_is_exit_0(tmp_path: Path, attempt: int) -> None:
+    """What the Claude Code CLI sends, after a finished run; repeated."""
+    config = write_config(tmp_path / "c.toml", graces_ms=300)
+    with server(tmp_path, config) as mcp:
+        mcp.initialize()
+        completed_run(mcp)
+        mcp.proc.send_signal(signal.SIGINT)
+        time.sleep(CLIENT_PAUSE_SECONDS)  # the client's own pause, part of the stimulus
+        mcp.proc.send_signal(signal.SIGTERM)  # (to a zombie, if it already exited)
+        assert mcp.proc.wait(timeout=GONE_WITHIN) == 0
