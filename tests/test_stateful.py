@@ -48,10 +48,12 @@ from hypothesis.stateful import (
 
 from machines import TeardownLadder
 from supervisor import (
+    Capabilities,
     ConversationEnd,
     ConversationOver,
     InvalidRequest,
     Registry,
+    SessionPlan,
     StopReason,
     SubagentRequest,
     SubagentResult,
@@ -237,6 +239,8 @@ class Talk:
     answer: str  # the line agent's first turn: echo | hang | exit:5 | signal:SIGKILL
     over: bool = False  # the conversation has ended (or must have, by the next send)
     stuck: bool = False  # a cancelled turn the child will never end (``hang`` ignores cancel)
+    turn: int = 1  # the turn ``run.turn`` must say
+    fresh: bool = False  # a cold resume that has run no turn yet (``result()`` is refused)
 
 
 class RunMachine(RuleBasedStateMachine):
@@ -275,9 +279,38 @@ class RunMachine(RuleBasedStateMachine):
         self.open.append(run)
         return Talk(run, conversation, answer, over=answer != "echo" and answer != "hang")
 
+    @rule(target=runs, turns_before=st.integers(min_value=0, max_value=3))
+    def resume(self, turns_before: int) -> Talk:
+        """A cold resume: published idle, without a turn, under the planned run id."""
+        env: dict[str, str | None] = {"LINE_AGENT_STDERR": SECRET, "LINE_AGENT_RESUMED": "1"}
+        resumable = Capabilities(conversation=True, resume=True)
+        provider = scripted(
+            env, stderr="log", dispose_eof_grace_ms=100, dispose_grace_ms=100, capabilities=resumable
+        )
+        self.registry.unregister("scripted")
+        self.registry.register(provider)
+        request = SubagentRequest(task=f"task {SECRET}", parent_cwd=Path.cwd())
+        plan = SessionPlan(run_id=str(uuid.uuid4()), resume=f"session-{SECRET}", turns_before=turns_before)
+        run = internals(
+            self.portal.call(
+                lambda: self.registry.start(
+                    "scripted", request, task_group=self.task_group, conversation=True, session=plan
+                )
+            )
+        )
+        self.open.append(run)
+        assert (run.id, run.turn, run.state, run.settled) == (plan.run_id, turns_before, "idle", True)
+        return Talk(run, True, "echo", turn=turns_before, fresh=True)
+
     @rule(talk=runs)
     def cancel(self, talk: Talk) -> None:
         run = talk.run
+        if talk.fresh:  # nothing runs: a cancel changes nothing, and there is no result yet
+            run.cancel()
+            assert run.state == "idle" or talk.over
+            with pytest.raises(InvalidRequest):
+                self.portal.call(run.result)
+            return
 
         async def cancel_now() -> tuple[bool, SubagentResult]:
             was_settled = run.settled
@@ -305,6 +338,10 @@ class RunMachine(RuleBasedStateMachine):
                 return running, exc
 
         running, outcome = self.portal.call(send_now)
+        if isinstance(outcome, SubagentResult):
+            talk.turn += 1
+            talk.fresh = False
+        assert run.turn == talk.turn
         if not talk.conversation:
             assert isinstance(outcome, InvalidRequest), outcome
         elif running:
@@ -335,6 +372,10 @@ class RunMachine(RuleBasedStateMachine):
         assert run.quiescent is True
         assert run.state == "quiescent"
         assert tagged(run.id) == []
+        if talk.fresh:  # a cold resume disposed before any turn: still no result
+            with pytest.raises(InvalidRequest):
+                self.portal.call(run.result)
+            return
         result = self.portal.call(run.result)
         self.check_settled_once(run, result)
 
@@ -345,7 +386,10 @@ class RunMachine(RuleBasedStateMachine):
     @staticmethod
     async def _settled_now(run: ProviderRun[Any]) -> SubagentResult | None:
         with anyio.move_on_after(0):
-            return await run.result()
+            try:
+                return await run.result()
+            except InvalidRequest:  # a cold resume that has run no turn yet
+                return None
         return None
 
     @invariant()

@@ -11,6 +11,7 @@ LINE_AGENT_ANSWER   echo (default) | hang | exit:N | signal:NAME (after printing
 LINE_AGENT_STDERR   text written to stderr at start
 LINE_AGENT_IGNORE_EOF  set: ignore stdin EOF (SIGTERM still ends it)
 LINE_AGENT_READY_FILE  path written once the task line has been read
+LINE_AGENT_RESUMED  set: a resumed conversation: no task line, every line is a later turn
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def main() -> None:
     if start != "ok":
         act(start)
     print("hello", flush=True)
+    if env.get("LINE_AGENT_RESUMED"):
+        while line := sys.stdin.readline():
+            later_turn(line.strip())
+        if env.get("LINE_AGENT_IGNORE_EOF"):
+            act("hang")
+        return
     task = sys.stdin.readline().strip()
     if env.get("LINE_AGENT_READY_FILE"):
         Path(env["LINE_AGENT_READY_FILE"]).write_text("ready")

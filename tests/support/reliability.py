@@ -137,13 +137,16 @@ def assert_audit_consistent(run: Run) -> None:
         assert lifecycle[-1].target == run.state
     if ladder:
         assert ladder[0].source == "running"
-    # turns: numbered from 1, never going back; each ``turn_sent`` begins the next one
+    # turns: numbered from 1 (a cold resume: from the turns before it), never going back;
+    # each ``turn_sent`` begins the next one
+    resumed = [e.turn for e in lifecycle if e.event == "resumed"]
+    first = resumed[0] if resumed else 1
     turns = [entry.turn for entry in entries]
     assert all(a <= b for a, b in itertools.pairwise(turns))
     if turns:
-        assert turns[0] == 1
+        assert turns[0] == first
         assert turns[-1] == run.turn
-    assert [e.turn for e in lifecycle if e.event == "turn_sent"] == list(range(2, run.turn + 1))
+    assert [e.turn for e in lifecycle if e.event == "turn_sent"] == list(range(first + 1, run.turn + 1))
 
 
 # -- the closed grammar of diagnostics ------------------------------------------------------

@@ -14,7 +14,7 @@ import anyio
 from pydantic import Field
 
 from machines import SETTLED, TransitionSink, Vocabulary, build_lifecycle, common_rows
-from supervisor import Capabilities, StopReason, SubagentRequest, SubagentResult
+from supervisor import Capabilities, SessionPlan, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts
 from supervisor._run import ProviderRun, RunContext, StepFailed
@@ -46,6 +46,7 @@ ScriptedLifecycle = build_lifecycle(
             teardown="teardown",
             late=(ScriptedEvent.ANSWER_RECEIVED, ScriptedEvent.CHILD_EXITED, ScriptedEvent.EXIT_OBSERVED),
             turn_stage="prompt",
+            resume_stage="initialize",
         ),
     ),
     doc="The scripted test provider's lifecycle.",
@@ -85,6 +86,9 @@ class ScriptedRun(ProviderRun[ScriptedConfig]):
         self._reader = LineReader(process.stdout, config.max_frame_bytes)
         if await self._reader.read_line() != b"hello":
             raise StepFailed(await self._exit_failure(fallback="transport"))
+        if self.resuming:  # the line agent has no sessions: a resume is published idle from here
+            self.agent_session_id = self.session.resume if self.session is not None else None
+            return
         self.fact(ScriptedEvent.HELLO_RECEIVED)
 
     async def _exit_failure(self, *, fallback: str) -> FailureFacts:
@@ -158,14 +162,25 @@ class ScriptedProvider:
         self.tree = tree
         self.events = RunEvents()
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> ScriptedRun:
-        return ScriptedRun(RunContext(self.name, self.config, request, trace, self.tree), events=self.events)
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> ScriptedRun:
+        context = RunContext(self.name, self.config, request, trace, self.tree, session=session)
+        return ScriptedRun(context, events=self.events)
 
 
 def scripted(
-    env: dict[str, str | None] | None = None, *, cwd: Path | None = None, **keys: object
+    env: dict[str, str | None] | None = None,
+    *,
+    cwd: Path | None = None,
+    capabilities: Capabilities | None = None,
+    **keys: object,
 ) -> ScriptedProvider:
     """A scripted provider whose child sees ``env``."""
     settings: dict[str, object] = {"dispose_eof_grace_ms": 500, "dispose_grace_ms": 500, **keys}
     config = ScriptedConfig(env=env or {}, cwd=cwd, **settings)  # type: ignore[arg-type]
-    return ScriptedProvider(config=config)
+    return ScriptedProvider(config=config, capabilities=capabilities)
