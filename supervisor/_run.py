@@ -641,7 +641,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
                 await self._workspace.enter(cwd, self.id)
             except WorkspaceFailed as exc:
                 category = "configuration" if "configuration" in self.vocabulary.categories else "unknown"
-                raise StepFailed(self.failure(category)) from exc
+                raise StepFailed(self.failure(category), extra_line=exc.line) from exc
 
     def spawn_spec(self, argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None) -> SpawnSpec:
         """How to spawn this run's child: the config's process keys, tagged with the run id."""

@@ -22,7 +22,11 @@ SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "c
 
 
 class GitFailed(Exception):
-    """A git command failed; the text is git's (host log and ``__cause__`` only)."""
+    """A git command failed; the text is git's (host log and ``__cause__`` only).
+
+    ``reason`` is a closed fact for a diagnostic: which step of making a worktree failed."""
+
+    reason = "git failed"
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -73,10 +77,18 @@ class Checkout:
 
 async def add_worktree(cwd: Path, base: str, path: Path) -> Checkout:
     """A detached worktree of the repository ``cwd`` is in, at ``base``, in ``path``."""
-    top = Path(await git(cwd, "rev-parse", "--show-toplevel"))
+    try:
+        top = Path(await git(cwd, "rev-parse", "--show-toplevel"))
+    except GitFailed as exc:
+        exc.reason = "not in a git work tree" if shutil.which("git") else "git is not installed"
+        raise
     prefix = await git(cwd, "rev-parse", "--show-prefix")
     common = Path(await git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    commit = await git(top, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}")
+    try:
+        commit = await git(top, "rev-parse", "--verify", "--end-of-options", f"{base}^{{commit}}")
+    except GitFailed as exc:
+        exc.reason = "workspace_base is not a commit of the repository"
+        raise
     await git(top, "worktree", "add", "--detach", "--quiet", str(path), commit)
     return Checkout(top, common, path, prefix.rstrip("/"), commit)
 

@@ -66,7 +66,13 @@ class Workspace(BaseModel):
 
 
 class WorkspaceFailed(Exception):
-    """The run's worktree could not be made (not in a git work tree, an unknown base...)."""
+    """The run's worktree could not be made (not in a git work tree, an unknown base...).
+
+    :attr:`line` is a closed-fact line for the diagnostic; git's own text is the cause's."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(text)
+        self.line = f"Subagent workspace (worktree: {reason})"
 
 
 def _marker(path: Path) -> Path:
@@ -99,7 +105,8 @@ class RunWorkspace:
         except (OSError, GitFailed) as exc:
             with contextlib.suppress(OSError):
                 _marker(path).unlink()
-            raise WorkspaceFailed(f"could not make the run's worktree: {exc}") from exc
+            reason = exc.reason if isinstance(exc, GitFailed) else "its folder could not be made"
+            raise WorkspaceFailed(f"could not make the run's worktree: {exc}", reason) from exc
         return self.checkout.cwd
 
     def confinement(self, confinement: Confinement | None) -> Confinement | None:
