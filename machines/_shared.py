@@ -78,6 +78,43 @@ def _plain_initial(cls: type[StateChart[Any]]) -> State | None:
     return initial
 
 
+# Per chart class: (event, source value) -> target state of its plain rows, or None.
+_fast: weakref.WeakKeyDictionary[type, dict[tuple[str, Any], State] | None] = weakref.WeakKeyDictionary()
+
+
+def _fast_rows(cls: type[StateChart[Any]]) -> dict[tuple[str, Any], State] | None:
+    """The rows of a flat chart the fast path may take: one transition for the (event,
+    source) pair, between atomic states, to one non-final target, neither internal nor
+    eventless.  None for a chart that is not flat."""
+    try:
+        return _fast[cls]
+    except KeyError:
+        pass
+    rows: dict[tuple[str, Any], State] | None = {}
+    seen: set[tuple[str, Any]] = set()
+    for state in cls.states:
+        if not state.is_atomic or state.parent is not None:
+            rows = None
+            break
+        for transition in state.transitions:
+            # conditions, validators and actions are callbacks: a chart with any has no
+            # shared registry, so the fast path is never asked (see ``send``)
+            plain = not transition.is_eventless and not transition.internal and len(transition.targets) == 1
+            for name in transition.events:
+                key = (str(name), state.value)
+                if key in seen:  # more than one row: the engine chooses
+                    assert rows is not None
+                    rows.pop(key, None)
+                    continue
+                seen.add(key)
+                target = transition.target
+                if plain and target is not None and target.is_atomic and not target.final:
+                    assert rows is not None
+                    rows[key] = target
+    _fast[cls] = rows
+    return rows
+
+
 class SharedCallbacksChart(StateChart[Any]):
     """A ``StateChart`` that builds its callback registry once per class (see the module)."""
 
@@ -92,6 +129,27 @@ class SharedCallbacksChart(StateChart[Any]):
             super().__init__(model=model, listeners=[_RELAY])
         else:
             super().__init__(listeners=[_RELAY] if relayed else [_RELAY, *given])
+
+    def send(self, event: str, *args: Any, **kwargs: Any) -> Any:
+        """python-statemachine's ``send``, with a fast path for this chart's plain rows.
+
+        On a shared registry (so the chart has no conditions, validators or actions: only
+        the relay's ``after_transition``) an event whose (event, state) row is the only
+        one and leads to a non-final atomic state changes the state and tells the
+        listeners directly, as the engine's macrostep would: the same state, the same
+        listener calls in the same order.  Anything else (no such row, a final target,
+        arguments, another registry) goes to the engine, which keeps its errors.
+        """
+        rows = _fast_rows(type(self)) if not args and not kwargs else None
+        if rows is not None and self._callbacks is _registries.get(type(self)):
+            value = self.current_state_value
+            target = rows.get((str(event), value))
+            if target is not None:
+                source = self.states_map[value]
+                self.current_state_value = target.value
+                self._transition_happened(event, source, target)
+                return None
+        return super().send(event, *args, **kwargs)
 
     def _transition_happened(self, event: Any, source: Any, target: Any) -> None:
         """A transition was taken: tell the relayed listeners, in the order given."""

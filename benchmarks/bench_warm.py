@@ -1,0 +1,128 @@
+"""A run on a warm child against a conversation's second turn and a cold run, interleaved in
+one run (run: python -m benchmarks.bench_warm).
+
+Each round times three things, each to the first answer (the settled first turn):
+
+* **cold**: a fresh one-shot run, from entering ``Registry.run`` (spawn, handshake,
+  session, the task) to its result;
+* **warm**: the same, with a warm child ready (``Registry.prestart``, untimed): the run
+  takes it and starts at its first prompt;
+* **second turn**: a conversation's second turn, from ``send`` to its result (the first
+  turn untimed): what a prompt costs on a child that is already running.
+
+Before each timed part the pool's refill (started once the warm run's first turn
+settled) is waited for, so no spawn competes with a timed part.  The goal (SPEC 23):
+warm <= 1.10x the second turn for the example agent, <= 1.25x for codex-acp,
+claude-agent-acp, the Codex app-server and the Claude Code CLI.
+
+``BENCH_CHILD``: ``example`` (default), ``codex`` (the real app-server), ``codex-acp``,
+``claude-agent-acp`` or ``claude`` (the Claude Code CLI); the real peers answer from the
+tests' mock model server on 127.0.0.1 (``npm ci`` in tests/).  ``BENCH_ROUNDS`` (default 20).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import anyio
+
+from benchmarks._stats import summary
+from benchmarks.bench_conversation import CONTAINMENT, TASK, build, one_shot, second_turn
+from supervisor import Registry, StderrMode, SubagentRequest
+
+
+async def warm_run(registry: Registry, name: str, cwd: Path) -> float:
+    await registry.prestart(name, 1, cwd=cwd)  # untimed: a warm child is ready
+    request = SubagentRequest(task=TASK, parent_cwd=cwd)
+    started = time.perf_counter()
+    async with registry.run(name, request) as run:
+        result = await run.result()
+        elapsed = time.perf_counter() - started
+    assert result.stop_reason == "completed", result
+    assert any(entry.machine == "warm" for entry in run.audit.entries), "the run did not take a warm child"
+    await registry.prestart(name, 1, cwd=cwd)  # untimed: the refill is ready, nothing spawns now
+    return elapsed
+
+
+def build_claude(stack: ExitStack) -> tuple[Registry, str, Path, str]:
+    """The real Claude Code CLI (the claude-agent-sdk's bundled one) against the mock."""
+    from supervisor.providers import claude_code
+    from tests.claude_code.conftest import ClaudeHome
+    from tests.mockmodel import MockModelServer
+    from tests.support.peers import seed_claude_config
+
+    server = stack.enter_context(MockModelServer())
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    home = root / "home"
+    config_dir = home / ".claude"
+    work = root / "work"
+    work.mkdir(parents=True)
+    seed_claude_config(config_dir)
+    claude_home = ClaudeHome(root=root, home=home, config_dir=config_dir, work=work.resolve())
+    config = claude_code.Config(
+        env=claude_home.env(server), stderr=StderrMode.DISCARD, containment=CONTAINMENT
+    )
+    registry = Registry()
+    registry.register(claude_code.Provider(config))
+    return registry, "claude-code", work.resolve(), "real Claude Code CLI (claude-code)"
+
+
+def build_claude_agent_acp(stack: ExitStack) -> tuple[Registry, str, Path, str]:
+    from supervisor.providers import acp
+    from tests.mockmodel import MockModelServer
+    from tests.support import peers
+
+    server = stack.enter_context(MockModelServer())
+    launch = stack.enter_context(peers.claude_agent_acp_launch(server))
+    config = acp.Config(
+        command=launch.argv[0],
+        args=launch.argv[1:],
+        env=dict(launch.env),
+        stderr=StderrMode.DISCARD,
+        containment=CONTAINMENT,
+    )
+    registry = Registry()
+    registry.register(acp.Provider(config))
+    return registry, "acp", launch.cwd, "real claude-agent-acp (acp)"
+
+
+def choose(stack: ExitStack) -> tuple[Registry, str, Path, str]:
+    child = os.environ.get("BENCH_CHILD", "example")
+    if child == "claude":
+        return build_claude(stack)
+    if child == "claude-agent-acp":
+        return build_claude_agent_acp(stack)
+    return build(stack)
+
+
+async def main() -> None:
+    rounds = int(os.environ.get("BENCH_ROUNDS", "20"))
+    with ExitStack() as stack:
+        plain, name, cwd, label = choose(stack)
+        warmed = Registry()  # the same provider: only this registry keeps warm children
+        warmed.register(plain.get(name))
+        async with warmed:
+            await warm_run(warmed, name, cwd)  # warm every path once (imports, page cache)
+            await one_shot(plain, name, cwd)
+            await second_turn(plain, name, cwd)
+            cold, warm, turns = [], [], []
+            for _ in range(rounds):
+                warm.append(await warm_run(warmed, name, cwd))
+                cold.append(await one_shot(plain, name, cwd))
+                turns.append(await second_turn(plain, name, cwd))
+    print(f"{label}, task {TASK!r}, {rounds} interleaved rounds, containment {CONTAINMENT.value}")
+    print(summary("cold: Registry.run to the first answer", cold))
+    print(summary("warm: Registry.run to the first answer", warm))
+    print(summary("conversation: second turn, send to result", turns))
+    to_turn = statistics.median(warm) / statistics.median(turns)
+    print(f"{'ratio of medians (warm / second turn)':<48} {to_turn:.3f}")
+    print(f"{'ratio of medians (warm / cold)':<48} {statistics.median(warm) / statistics.median(cold):.3f}")
+
+
+if __name__ == "__main__":
+    anyio.run(main, backend="asyncio")
