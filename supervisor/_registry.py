@@ -123,6 +123,12 @@ def journaled_run(
     return _create(provider, request, trace, _journal.keep_plan(provider))
 
 
+def build_run_with_plan(provider: Provider, request: SubagentRequest, session: SessionPlan | None) -> Run:
+    """:func:`build_run` with ``session`` passed only as :func:`_create` would (a warm
+    child of a journaled registry is opened with ``SessionPlan(keep=True)``)."""
+    return _create(provider, request, None, session)
+
+
 def _takes_session(provider: Provider) -> bool:
     try:
         parameters = inspect.signature(provider.create_run).parameters.values()

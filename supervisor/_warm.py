@@ -44,7 +44,7 @@ from anyio.abc import TaskGroup
 
 from machines import TransitionSink
 from supervisor._config import ProviderConfig, config_digest
-from supervisor._errors import InvalidRequest, StartAborted, StartFailed
+from supervisor._errors import InvalidRequest, ProviderUnusable, StartAborted, StartFailed, SubagentError
 from supervisor._logging import raw_failure
 from supervisor._run import ProviderRun
 from supervisor._seam import SessionPlan, SubagentRequest
@@ -81,7 +81,7 @@ class _Slot:
     ready: deque[ProviderRun[Any]] = field(default_factory=deque)
     starting: int = 0
     failures: int = 0  # starts that failed, ever (prestart compares before and after)
-    error: StartFailed | StartAborted | None = None  # the latest failure
+    error: SubagentError | None = None  # the latest failure
     losses: int = 0  # children that died while waiting, in a row
     claims: int = 0  # runs waiting for a child that is starting (``WarmPool.claim``)
     changed: anyio.Event = field(default_factory=anyio.Event)
@@ -296,15 +296,17 @@ class WarmPool:
     async def _keep(self, key: WarmKey, provider: Any) -> None:
         """Start one child for ``key`` and watch it until it is taken, dies or idles out."""
         slot = self._slots[key]
+        from supervisor._registry import build_run_with_plan
+
         request = SubagentRequest(task=WARM_TASK, parent_cwd=key.cwd)
-        if key.keep:
-            run: ProviderRun[Any] = provider.create_run(request, session=SessionPlan(keep=True))
-        else:
-            run = provider.create_run(request)
         assert self._task_group is not None
         try:
+            built = build_run_with_plan(provider, request, SessionPlan(keep=True) if key.keep else None)
+            if not isinstance(built, ProviderRun):  # a run of its own making: no split start
+                raise InvalidRequest(f'subagent provider "{key.provider}" cannot be prestarted')
+            run: ProviderRun[Any] = built
             await run.prestart(self._task_group)
-        except (StartFailed, StartAborted) as exc:
+        except (StartFailed, StartAborted, ProviderUnusable, InvalidRequest) as exc:
             slot.starting -= 1
             slot.failures += 1
             slot.error = exc
