@@ -147,3 +147,36 @@ def test_a_listener_of_the_initial_state_sees_it_entered() -> None:
     listener = EntersInitialize()
     AcpLifecycle(listeners=[listener])
     assert listener.entered == 1
+
+
+def _all_charts() -> list[type[Any]]:
+    from machines import acp, claude_code, codex, dsh_sdk
+
+    return [*acp.MACHINES, *claude_code.MACHINES, *codex.MACHINES, *dsh_sdk.MACHINES, TeardownLadder]
+
+
+def _outcome(chart: type[Any], state: Any, event: str) -> tuple[Any, ...]:
+    trail = AuditTrail("run")
+    machine = chart(listeners=[trail])
+    machine.current_state_value = state.value
+    try:
+        machine.send(event)
+    except TransitionNotAllowed:
+        return ("refused", machine.current_state_value, story(trail))
+    return ("moved", machine.current_state_value, story(trail))
+
+
+@pytest.mark.parametrize("chart", _all_charts(), ids=lambda chart: chart.__name__)
+def test_the_fast_path_does_what_the_engine_does_for_every_state_and_event(
+    chart: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every (state, event) pair of every built-in chart, through the fast path and through
+    the library's engine alone: the same state after, the same audit, the same refusals."""
+    from machines import _shared
+
+    events = sorted({str(name) for state in chart.states for t in state.transitions for name in t.events})
+    fast = {(s.id, e): _outcome(chart, s, e) for s in chart.states for e in events}
+    assert _shared._fast_rows(chart)  # the chart does take the fast path for some rows
+    monkeypatch.setattr(_shared, "_fast_rows", lambda cls: None)
+    engine = {(s.id, e): _outcome(chart, s, e) for s in chart.states for e in events}
+    assert fast == engine
