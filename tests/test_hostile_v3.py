@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,7 @@ def test_mcp_refuses_a_ceiling_it_cannot_enforce(tmp_path: Path) -> None:
 EMBEDDED = """
 import anyio
 from pathlib import Path
+from typing import Any
 from supervisor import ConfigurationError, Registry, SubagentRequest, create_provider, set_host_ceiling
 from supervisor.providers import acp
 
@@ -88,3 +90,48 @@ def test_the_embedding_api_refuses_a_run_the_ceiling_cannot_bound(tmp_path: Path
     assert proc.stdout == (
         'subagent provider "tree": the host ceiling cannot be enforced for runs in process-tree containment\n'
     )
+
+
+# -- a stdout that is gone -------------------------------------------------------------------
+
+STDOUT_GONE = "subagents: stdout is closed: the answer was not written\n"
+
+
+def closed_stdout(*args: str, stdin: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``subagents ARGS >&-``: fd 1 closed before the command starts."""
+    return subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "supervisor.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def full_stdout(*args: str, stdin: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``subagents ARGS > /dev/full``: every write fails (ENOSPC)."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "supervisor.cli", *args],
+            input=stdin,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            timeout=120,
+        )
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr)
+
+
+@pytest.mark.parametrize("stdout", [closed_stdout, full_stdout], ids=["closed", "dev-full"])
+@pytest.mark.parametrize("args", [("chat",), ("chat", "--json"), ("run", "hi"), ("run", "--json", "hi")])
+def test_an_answer_nobody_can_read_is_one_line_and_exit_1(
+    tmp_path: Path, stdout: Any, args: tuple[str, ...]
+) -> None:
+    """Before: ``chat`` exited with three tracebacks, ``run`` with one.  A chat reads no more
+    tasks once an answer cannot be written (the second line is never sent)."""
+    proc = stdout(*args, stdin="hi\nagain\n", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count(STDOUT_GONE) == 1, proc.stderr

@@ -63,8 +63,10 @@ from supervisor.cli._usage import (
     EXIT_OK,
     EXIT_TERMINATED,
     PROG,
+    STDOUT_GONE,
     ConfigError,
     configure_logging,
+    write_stdout,
 )
 from supervisor.journal._resume import ResumePlan, plan_resume
 
@@ -191,6 +193,7 @@ class _Chat:
     cause: str | None = None  # why the chat quits: SIGINT, SIGTERM, SIGHUP, timeout
     user_cancelled: set[int] = field(default_factory=set)
     failed: bool = False  # a line that could not be sent (not UTF-8)
+    stdout_gone: bool = False  # an answer could not be written: no more tasks are read
     lines_seen: int = 0
     reading: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     timer: anyio.CancelScope = field(default_factory=anyio.CancelScope)
@@ -331,7 +334,7 @@ class _Chat:
         self.timer.cancel()
         self.phase = "waiting"
         self._report_turn(number, result)
-        if self.cause is not None:
+        if self.cause is not None or self.stdout_gone:
             return None
         line = await self._read_line()
         if line is None:
@@ -401,8 +404,7 @@ class _Chat:
             )
             return
         if result.output:
-            sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
-            sys.stdout.flush()
+            self._out(result.output if result.output.endswith("\n") else result.output + "\n")
         said = number in self.user_cancelled or self.cause is not None  # the cancellation line said why
         if result.stop_reason != StopReason.COMPLETED and not said:
             self.say(f"{PROG}: turn {number}: {headline(result.stop_reason)}")
@@ -468,8 +470,16 @@ class _Chat:
         return EXIT_OK if end.quiescent else EXIT_FAILED
 
     def _json(self, document: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
-        sys.stdout.flush()
+        self._out(json.dumps(document, ensure_ascii=False) + "\n")
+
+    def _out(self, text: str) -> None:
+        """An answer on stdout; a stdout that is gone ends the chat (no more tasks are read:
+        nobody can see their answers), with one line and exit 1."""
+        if self.stdout_gone or write_stdout(text):
+            return
+        self.stdout_gone = True
+        self.failed = True
+        self.say(STDOUT_GONE)
 
     # -- interrupts ---------------------------------------------------------------------
 

@@ -332,6 +332,12 @@ def _join_idle_workers() -> None:
 WORKER_JOIN_SECONDS = 0.25
 
 
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):  # None when the fd was closed before we started
+        if stream is not None:
+            stream.flush()
+
+
 def _quick_exit(status: int) -> None:
     import atexit
     import os
@@ -344,14 +350,12 @@ def _quick_exit(status: int) -> None:
     ):
         return
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush_std()
     except (OSError, ValueError):
         return  # the interpreter's exit reports it as it always did
     run_exitfuncs()  # runs each handler once: a normal exit after this runs none again
     try:
-        sys.stdout.flush()  # what an exit handler wrote
-        sys.stderr.flush()
+        _flush_std()  # what an exit handler wrote
     except (OSError, ValueError):
         return
     os._exit(status)

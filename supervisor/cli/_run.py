@@ -37,8 +37,10 @@ from supervisor.cli._usage import (
     EXIT_OK,
     EXIT_TERMINATED,
     PROG,
+    STDOUT_GONE,
     ConfigError,
     configure_logging,
+    write_stdout,
 )
 from supervisor.process import (
     CwdError,
@@ -311,10 +313,14 @@ def _report(plan: _Plan, args: argparse.Namespace, outcome: RunOutcome, interrup
     if args.json:
         usage = None if outcome.result is None else outcome.result.usage
         document = run_document(plan, outcome, usage)
-        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+        if not write_stdout(json.dumps(document, ensure_ascii=False) + "\n"):
+            sys.stderr.write(STDOUT_GONE + "\n")
+            return EXIT_FAILED
         return status
-    if result is not None and result.output:
-        sys.stdout.write(result.output if result.output.endswith("\n") else result.output + "\n")
+    answer = None if result is None or not result.output else result.output
+    if answer is not None and not write_stdout(answer if answer.endswith("\n") else answer + "\n"):
+        sys.stderr.write(STDOUT_GONE + "\n")
+        status = EXIT_FAILED
     if isinstance(start_error, StartAborted):  # the cancellation line said why
         sys.stderr.write(f"{PROG}: {headline(StopReason.ABORTED)}\n")
     elif start_error is not None:

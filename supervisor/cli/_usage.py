@@ -30,6 +30,38 @@ def configure_logging(verbose: bool) -> None:
     logger.addHandler(handler)
 
 
+STDOUT_GONE = f"{PROG}: stdout is closed: the answer was not written"
+
+
+def write_stdout(text: str) -> bool:
+    """Write ``text`` to stdout and flush; False when stdout is gone (closed before the
+    command started, a reader that went away, a full disk).  Then fd 1 is pointed at
+    ``/dev/null``, so nothing written later (and not the interpreter's own final flush)
+    turns into a traceback; the caller says so in one line and exits 1."""
+    stream = sys.stdout
+    if stream is None:
+        return False
+    try:
+        stream.write(text)
+        stream.flush()
+    except (OSError, ValueError):
+        _silence_stdout(stream)
+        return False
+    return True
+
+
+def _silence_stdout(stream: Any) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+
+
 def add_ceiling_arguments(parser: Any) -> None:
     """``--max-memory`` and ``--max-pids``: the host ceiling of a command that holds many runs."""
     parser.add_argument(
