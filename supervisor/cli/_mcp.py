@@ -35,6 +35,20 @@ def add_parser(commands: Any) -> None:
         default=0,
         help="warm children of the default provider kept ready in the first root (default 0)",
     )
+    mcp.add_argument(
+        "--keep-settled",
+        metavar="N",
+        type=INTEGER,
+        default=100,
+        help="settled runs remembered for wait/list (default 100); older ones are forgotten",
+    )
+    mcp.add_argument(
+        "--max-idle",
+        metavar="N",
+        type=INTEGER,
+        default=16,
+        help="idle conversations kept (default 16); beyond, the least recently used is closed",
+    )
     add_ceiling_arguments(mcp)
     mcp.add_argument("--verbose", action="store_true", help="child stderr and host log on stderr")
     mcp.add_argument("--otel", action="store_true", help="export an OpenTelemetry trace (OTLP/HTTP)")
@@ -93,6 +107,8 @@ def command(args: argparse.Namespace) -> int:
         raise ConfigError(f"`subagents mcp` needs the mcp extra: {extra}") from None
     if args.max_concurrent < 1:
         raise ConfigError("--max-concurrent must be at least 1")
+    if args.keep_settled < 1 or args.max_idle < 1:
+        raise ConfigError("--keep-settled and --max-idle must be at least 1")
     if args.warm < 0:
         raise ConfigError("--warm must be at least 0")
     roots: list[Path] = []
@@ -115,6 +131,8 @@ def command(args: argparse.Namespace) -> int:
         roots=tuple(roots),
         max_concurrent=args.max_concurrent,
         warm=args.warm,
+        keep_settled=args.keep_settled,
+        max_idle=args.max_idle,
     )
     telemetry.configure_from_cli(args.otel)
     try:

@@ -17,6 +17,7 @@ stage), or when the server goes away; then its tree is disposed and the run sett
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
 from collections.abc import Callable
@@ -157,6 +158,11 @@ class DeskRun:
     """The conversation's wait for its first turn (close_subagent ends it at once)."""
     resumed: bool = False
     """A journaled conversation reopened by a cold resume: published idle, without a turn."""
+    idle_since: float = 0.0
+    """When the conversation last went idle (anyio's clock): the bound on idle ones ends the
+    least recently used first."""
+    on_idle: Callable[[DeskRun], None] | None = None
+    """The desk's bound on idle conversations, told each time this one goes idle."""
 
     @property
     def run_id(self) -> str:
@@ -182,6 +188,10 @@ class DeskRun:
             self.quiet.set()
         elif self.quiet.is_set():
             self.quiet = anyio.Event()
+        if state == DeskState.IDLE:
+            self.idle_since = anyio.current_time()
+            if self.on_idle is not None:
+                self.on_idle(self)
 
     def on_transition(self, entry: Transition) -> None:
         if entry.target in self.run.vocabulary.stages:
@@ -197,14 +207,48 @@ class DeskRun:
                 self.closing.set()
 
 
+KEEP_SETTLED = 100
+"""Settled runs a server remembers (``--keep-settled``); older ones are forgotten."""
+MAX_IDLE = 16
+"""Idle conversations a server keeps (``--max-idle``); beyond, the least recently used close."""
+
+
 class Desk:
     """Starts runs in a task group of its own, at most ``max_concurrent`` turns at once."""
 
-    def __init__(self, registry: Registry, task_group: TaskGroup, *, max_concurrent: int) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        task_group: TaskGroup,
+        *,
+        max_concurrent: int,
+        keep_settled: int = KEEP_SETTLED,
+        max_idle: int = MAX_IDLE,
+    ) -> None:
         self._registry = registry
         self._task_group = task_group
         self._slots = anyio.Semaphore(max_concurrent)
         self._runs: dict[str, DeskRun] = {}
+        self._keep_settled = keep_settled
+        self._max_idle = max_idle
+        self._settled_ids: collections.deque[str] = collections.deque()
+
+    def _bound_idle(self, entry: DeskRun) -> None:
+        """More than ``max_idle`` idle conversations (each a live agent, megabytes): the least
+        recently used are closed, as ``close_subagent`` would (their next send is over)."""
+        idle = [e for e in self._runs.values() if e.state == DeskState.IDLE and not e.closing.is_set()]
+        idle.sort(key=lambda e: e.idle_since)
+        for old in idle[: max(0, len(idle) - self._max_idle)]:
+            log.info("mcp: run %s closed: more than %d idle conversations", old.run_id, self._max_idle)
+            self.close(old)
+
+    def _forget_old(self, entry: DeskRun) -> None:
+        """Keep the ``keep_settled`` most recently settled runs; older ones are forgotten (a
+        tool asked about one answers ``unknown run_id``): a long-lived server's memory stays
+        bounded."""
+        self._settled_ids.append(entry.run_id)
+        while len(self._settled_ids) > self._keep_settled:
+            self._runs.pop(self._settled_ids.popleft(), None)
 
     def start(
         self,
@@ -236,6 +280,7 @@ class Desk:
             keep_alive=keep_alive,
         )
         holder.append(entry)
+        entry.on_idle = self._bound_idle
         self._runs[entry.run_id] = entry
         self._task_group.start_soon(self._converse if keep_alive else self._drive, entry)
         return entry
@@ -254,6 +299,7 @@ class Desk:
         run = self._registry.create_run(provider, request, trace=trace, session=session)
         entry = DeskRun(run=run, provider=provider, keep_alive=True, resumed=True)
         holder.append(entry)
+        entry.on_idle = self._bound_idle
         self._runs[entry.run_id] = entry
         self._task_group.start_soon(self._converse, entry)
         return entry
@@ -527,6 +573,7 @@ class Desk:
         entry.closing.set()
         entry.turn_moved.set()
         entry.done.set()
+        self._forget_old(entry)
 
 
 def inside_roots(candidate: Path, roots: list[Path]) -> bool:

@@ -43,7 +43,16 @@ from supervisor._version import package_version
 from supervisor.journal import _switch as _journal
 from supervisor.journal._resume import plan_resume
 from supervisor.mcp._answers import settled_result, tool_result
-from supervisor.mcp._desk import Desk, DeskError, DeskRun, DeskState, Settled, inside_roots
+from supervisor.mcp._desk import (
+    KEEP_SETTLED,
+    MAX_IDLE,
+    Desk,
+    DeskError,
+    DeskRun,
+    DeskState,
+    Settled,
+    inside_roots,
+)
 from supervisor.mcp._progress import progress, status_line
 from supervisor.mcp._stdio import stdio_transport
 from supervisor.mcp._tasks import Pending, TaskBoard, TaskListen, TasksExtension, apply_extension
@@ -69,6 +78,10 @@ class McpSettings:
     max_concurrent: int
     warm: int = 0
     """Warm children of the default provider kept in the first root (``--warm N``)."""
+    keep_settled: int = KEEP_SETTLED
+    """Settled runs remembered (``--keep-settled N``); older ones are forgotten."""
+    max_idle: int = MAX_IDLE
+    """Idle conversations kept (``--max-idle N``); beyond, the least recently used close."""
 
 
 def _task_schema(providers: tuple[str, ...]) -> dict[str, Any]:
@@ -453,7 +466,13 @@ async def serve(settings: McpSettings, *, stopped: Callable[[], bool] = lambda: 
             if settings.warm:
                 outer.start_soon(_keep_warm, settings)  # in the background: initialize is not delayed
             async with anyio.create_task_group() as runs_group:
-                desk = Desk(settings.registry, runs_group, max_concurrent=settings.max_concurrent)
+                desk = Desk(
+                    settings.registry,
+                    runs_group,
+                    max_concurrent=settings.max_concurrent,
+                    keep_settled=settings.keep_settled,
+                    max_idle=settings.max_idle,
+                )
                 board = TaskBoard(runs_group)
                 with anyio.CancelScope() as serving:
                     await outer.start(_watch_signals, serving, desk)

@@ -213,3 +213,39 @@ def test_an_oversized_request_is_one_error_answer_and_the_server_goes_on(
     finally:
         assert server.close() == 0
     assert "Traceback" not in server_stderr.read_text(encoding="utf-8", errors="replace")
+
+
+def test_a_long_lived_server_forgets_old_settled_runs(tmp_path: Path, server_stderr: Path) -> None:
+    """Before: every settled run was kept for ever (``list_subagents`` listed all 200 after 200
+    runs).  Now the ``--keep-settled`` most recent are kept (default 100)."""
+    server = start(tmp_path, server_stderr, "--keep-settled", "2")
+    try:
+        ids = [facts(server.call("run_subagent", '{"task": "hi"}'))["run_id"] for _ in range(3)]
+        listed = [run["run_id"] for run in facts(server.call("list_subagents", "{}"))["runs"]]
+        assert sorted(listed) == sorted(ids[1:])
+        forgotten = server.call("wait_subagent", json.dumps({"run_id": ids[0]}))
+        assert (forgotten["isError"], text_of(forgotten)) == (True, f"no subagent run with id '{ids[0]}'")
+    finally:
+        assert server.close() == 0
+
+
+def test_idle_conversations_are_bounded_least_recently_used_first(
+    tmp_path: Path, server_stderr: Path
+) -> None:
+    """Before: only the idle timeout bounded idle conversations (a live agent each, ~9 MiB).
+    Beyond ``--max-idle`` (default 16) the least recently used is closed, as ``close_subagent``
+    would: its next send says the conversation is over; the newer one goes on."""
+    server = start(tmp_path, server_stderr, "--max-idle", "1")
+    try:
+        first = facts(server.call("run_subagent", '{"task": "hi", "keep_alive": true}'))["run_id"]
+        second = facts(server.call("run_subagent", '{"task": "hi", "keep_alive": true}'))["run_id"]
+        over = server.call("send_subagent", json.dumps({"run_id": first, "task": "again"}))
+        assert (over["isError"], text_of(over)) == (
+            True,
+            "subagent conversation is over (provider: ACP; turn: 1; reason: closed)",
+        )
+        again = server.call("send_subagent", json.dumps({"run_id": second, "task": "again"}))
+        assert again["isError"] is False
+        assert tagged(first) == []
+    finally:
+        assert server.close() == 0
