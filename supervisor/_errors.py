@@ -133,7 +133,9 @@ class ConversationOver(SubagentError):
         subagent conversation is over (provider: ACP; turn: 2; reason: child exited; exit code: 3)
 
     ``turn`` is the number of the last turn; ``exit_code`` and ``signal`` are the direct
-    child's, when its exit was observed.
+    child's, when its exit was observed.  ``limit`` is the limit line when the kernel ended
+    the idle child for one of the run's limits (``Subagent limit (resource: memory; limit:
+    256 MiB)``), the second line of the text.
     """
 
     code = "CONVERSATION_OVER"
@@ -146,13 +148,16 @@ class ConversationOver(SubagentError):
         *,
         exit_code: int | None = None,
         signal: str | None = None,
+        limit: str | None = None,
     ) -> None:
         fields = [f"provider: {label}", f"turn: {turn}", f"reason: {reason.value}"]
         if exit_code is not None:
             fields.append(f"exit code: {exit_code}")
         if signal is not None:
             fields.append(f"signal: {signal}")
-        super().__init__(f"subagent conversation is over ({'; '.join(fields)})")
+        text = f"subagent conversation is over ({'; '.join(fields)})"
+        super().__init__(text if limit is None else f"{text}\n{limit}")
+        self.limit = limit
         self.turn = turn
         self.reason = reason
         self.exit_code = exit_code

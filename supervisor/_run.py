@@ -242,6 +242,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self._sending = False
         self._over: ConversationEnd | None = None
         self._over_exit: ExitFacts | None = None
+        self._over_limit: LimitFacts | None = None  # the kernel's limit that ended an idle child
         self._over_known = anyio.Event()  # why the conversation ended is final
         self._idle_scope: anyio.CancelScope | None = None
         self._teardown_event: CommonEvent | None = None
@@ -481,6 +482,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             self._over,
             exit_code=facts.exit_code if facts else None,
             signal=facts.signal if facts else None,
+            limit=None if self._over_limit is None else self._over_limit.line(),
         )
 
     def _raise_if_over(self) -> None:
@@ -1225,6 +1227,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             )
             if facts is not None:
                 self._over, self._over_exit = ConversationEnd.CHILD_EXITED, facts
+            self._over_limit = self._kernel_limit()  # read before the teardown removes the leaf
         finally:
             self._over_known.set()
 

@@ -135,3 +135,34 @@ def test_an_answer_nobody_can_read_is_one_line_and_exit_1(
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count(STDOUT_GONE) == 1, proc.stderr
+
+
+# -- out of memory between two turns ---------------------------------------------------------
+
+
+@needs_memory_limit
+@pytest.mark.anyio
+async def test_an_oom_kill_between_turns_says_which_limit(tmp_path: Path) -> None:
+    """The idle child allocates past ``memory_max`` after its turn and the kernel kills it.
+    Before: the next send said only ``child exited; signal: SIGKILL``; now the limit line
+    follows, from the kernel's counters read before the leaf goes."""
+    from supervisor import ConversationOver, Registry, SubagentRequest, create_provider
+    from tests.conftest import internals
+    from tests.support.reliability import acp_child
+
+    registry = Registry()
+    config = acp_child({"IDLE_ALLOC_MB": "256"}, memory_max="64M")
+    registry.register(create_provider("acp", config, "hog"))
+    request = SubagentRequest(task="t", parent_cwd=tmp_path)
+    async with registry.run("hog", request, conversation=True) as run:
+        assert (await run.result()).stop_reason == "completed"
+        base = internals(run)
+        assert base.process is not None
+        await base.process.wait_exit()  # the kernel's kill, while the conversation is idle
+        await base._over_known.wait()  # the base has read why
+        with pytest.raises(ConversationOver) as caught:
+            await run.send("again")
+    first, second = str(caught.value).split("\n")
+    assert first.startswith("subagent conversation is over (provider: ACP; turn: 1; reason: ")
+    assert second == "Subagent limit (resource: memory; limit: 64 MiB)"
+    assert caught.value.limit == second

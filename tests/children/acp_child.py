@@ -43,6 +43,8 @@ Appetites (the limit tests), at the prompt, before its text and writing nothing 
   ``ALLOC_HOLD=dir:N``: N children allocate at the same time: each writes ``dir/<pid>.start`` and
   waits for N of them before allocating, then writes ``dir/<pid>.done`` and holds its memory until
   every other one is done too or dead (30 s at most each).
+- ``IDLE_ALLOC_MB=n``: once a turn has ended (its result sent), allocate n MiB the same way
+  while idle, between turns (capped as ``ALLOC_MB``).
 - ``FORK_BOMB=n``: a grandchild forks sleeping processes until the kernel refuses a fork (or n
   exist), then sleeps itself; the child streams ``forks refused after K`` (or
   ``no fork refused``) as text.
@@ -502,6 +504,8 @@ class Child:
             if not self.is_cancelled(session_id):
                 raw = env("PROMPT_RESULT")
                 self.result(rid, json.loads(raw) if raw else {"stopReason": stop}, "prompt")
+                if idle := min(int(env("IDLE_ALLOC_MB", "0")), ALLOC_CAP_MB):
+                    threading.Thread(target=allocate, args=(idle,), daemon=True).start()
                 return
         self.result(rid, {"stopReason": "cancelled"}, "prompt")
 
@@ -688,6 +692,15 @@ def appetites() -> str:
 
 
 HELD: list[list[bytearray]] = []
+
+
+def allocate(megabytes: int) -> None:
+    held = []
+    for _ in range(0, megabytes, 8):
+        chunk = bytearray(ALLOC_CHUNK)
+        chunk[::4096] = b"x" * len(chunk[::4096])
+        held.append(chunk)
+    HELD.append(held)
 
 
 def marks(folder: str, suffix: str) -> set[int]:
