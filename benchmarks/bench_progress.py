@@ -18,6 +18,11 @@ Two workloads: ``plain`` ("say hello": a streamed answer of ~30 chunks) and ``ch
 default 1).  Each at ``BENCH_N`` concurrency levels (default ``1,100``; at N = 1,
 ``BENCH_SERIAL`` runs one after another, default 10).  ``BENCH_ROUNDS`` rounds (default 3).
 
+Then, in-process and without children, the two costs themselves (``BENCH_MICRO=0`` skips
+them): the feed's CPU per update (a call noted pending, in progress, completed: three
+updates), and a watcher's whole CPU over a short turn (100 turns at once, each 30 updates
+over 150 ms, watched against not).
+
 Printed: parent CPU per run (``time.process_time``: this process, worker threads included,
 never the children), wall per run, and the ratios to ``off``.  Goal: ``watched / off`` and
 ``fed / off`` within 1.05x.  The load average is printed before and after: ratios taken
@@ -41,7 +46,7 @@ import anyio
 from supervisor import Registry, Run, StopReason, SubagentRequest, progress_line
 from supervisor.process import ContainmentMode
 from supervisor.providers.acp import Provider, example_agent_config
-from supervisor.run._progress import ProgressTracker
+from supervisor.run._progress import TOOL_KINDS, ProgressTracker
 
 FEED = ("tool_call", "plan", "permission", "answer_bytes", "usage", "touch")
 CONTENDERS = ("off", "fed", "watched")
@@ -106,6 +111,49 @@ async def level(one: Callable[[Path], Coroutine[Any, Any, None]], n: int, cwd: P
     return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
 
 
+def feed_cost() -> float:
+    """CPU seconds per update the feed costs (median of 5 passes of 30,000 updates)."""
+    samples = []
+    for _ in range(5):
+        tracker = ProgressTracker(TOOL_KINDS, lambda: ("prompt", 1))
+        started = time.process_time()
+        for i in range(10_000):
+            tracker.tool_call(i, "execute", "pending")
+            tracker.tool_call(i, None, "in_progress")
+            tracker.tool_call(i, None, "completed")
+        samples.append((time.process_time() - started) / 30_000)
+    return statistics.median(samples)
+
+
+async def watcher_cost() -> tuple[float, float]:
+    """CPU per turn of 100 short turns at once: (unwatched, watched), medians of 5."""
+
+    async def turn(watched: bool) -> None:
+        tracker = ProgressTracker(TOOL_KINDS, lambda: ("prompt", 1))
+        async with anyio.create_task_group() as tg:
+            if watched:
+
+                async def watch() -> None:
+                    async for p in tracker.watch():
+                        progress_line(p)
+
+                tg.start_soon(watch)
+            for _ in range(30):
+                tracker.answer_bytes(5)
+                await anyio.sleep(0.005)
+            tracker.settle(final=True)
+
+    samples: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(5):
+        for watched in (False, True):
+            started = time.process_time()
+            async with anyio.create_task_group() as tg:
+                for _ in range(100):
+                    tg.start_soon(turn, watched)
+            samples[watched].append((time.process_time() - started) / 100)
+    return statistics.median(samples[False]), statistics.median(samples[True])
+
+
 async def main() -> None:
     levels = [int(n) for n in os.environ.get("BENCH_N", "1,100").split(",")]
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -136,6 +184,14 @@ async def main() -> None:
                 verdicts.append(
                     f"{work} N={n} {name}/off CPU {ratio:.3f}x: {'met' if ratio <= GOAL else 'NOT met'}"
                 )
+    if os.environ.get("BENCH_MICRO", "1") != "0":
+        per_update = feed_cost()
+        bare, watched = await watcher_cost()
+        print(f"\nthe feed: {per_update * 1e6:.2f} us of CPU per update")
+        print(
+            f"a watcher over a 150 ms turn of 30 updates: {(watched - bare) * 1e3:.3f} ms of CPU"
+            f" ({bare * 1e3:.3f} ms unwatched, {watched * 1e3:.3f} ms watched)"
+        )
     print(f"\nload average after: {os.getloadavg()[0]:.1f}; goal {GOAL}x")
     for line in verdicts:
         print("  " + line)

@@ -284,7 +284,7 @@ async def test_a_watcher_gets_coalesced_snapshots_and_always_the_last() -> None:
         t.answer_bytes(5)
         t.settle(final=True)
     took = time.monotonic() - began
-    times = [at for at, _ in seen]
+    times = [at for at, _ in seen][:-1]  # the last one comes at once, whatever the pace
     assert all(b - a >= WATCH_INTERVAL - 0.01 for a, b in itertools.pairwise(times))
     assert len(seen) <= 2 + took / (WATCH_INTERVAL - 0.01)  # a handful of snapshots, not 3,000
     last = seen[-1][1]

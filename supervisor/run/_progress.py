@@ -21,14 +21,14 @@ only sees fewer, coalesced snapshots: the run never waits for one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-
-import anyio
 
 from supervisor._public import home
 from supervisor._seam import Usage
@@ -47,7 +47,8 @@ PERMISSION_DECISIONS: tuple[str, ...] = ("allowed", "denied")
 """How the unattended supervisor answered a permission request."""
 
 WATCH_INTERVAL = 0.25
-"""A watcher receives at most one snapshot per this many seconds."""
+"""A watcher receives at most one snapshot per this many seconds while the run goes on;
+the last one comes as soon as the run settles (a one-shot) or the conversation is over."""
 WATCH_HEARTBEAT = 1.0
 """While a turn runs and nothing else changes, a watcher still receives a snapshot this
 often, so that ``elapsed_ms`` moves on a live line."""
@@ -272,12 +273,13 @@ class ProgressTracker:
         "_clock",
         "_counts",
         "_describe",
+        "_end_waiters",
         "_ended",
         "_frozen_ms",
         "_kinds",
         "_started",
         "_version",
-        "_wake",
+        "_waiters",
     )
 
     def __init__(
@@ -296,7 +298,8 @@ class ProgressTracker:
         self._ended = False
         self._version = 0
         self._cached: tuple[int, tuple[ProgressCounts, ...]] | None = None
-        self._wake: anyio.Event | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # watchers waiting for a change
+        self._end_waiters: list[asyncio.Future[None]] = []  # watchers pacing: only the end cuts it short
 
     # -- fed by the provider (closed values checked here) --------------------------------
 
@@ -382,7 +385,7 @@ class ProgressTracker:
         if self._frozen_ms is None:
             self._frozen_ms = self._elapsed_ms()
         if final:
-            self._ended = True
+            self._finish()
         self._bump()
 
     def end(self) -> None:
@@ -390,15 +393,17 @@ class ProgressTracker:
         if not self._ended:
             if self._frozen_ms is None:
                 self._frozen_ms = self._elapsed_ms()
-            self._ended = True
+            self._finish()
             self._bump()
+
+    def _finish(self) -> None:
+        self._ended = True
+        _wake_all(self._end_waiters)
 
     def _bump(self) -> None:
         self._version += 1
-        wake = self._wake
-        if wake is not None:
-            self._wake = None
-            wake.set()
+        if self._waiters:
+            _wake_all(self._waiters)
 
     # -- read by callers -----------------------------------------------------------------
 
@@ -431,7 +436,8 @@ class ProgressTracker:
     async def watch(self) -> AsyncIterator[Progress]:
         """Coalesced snapshots: the current one at once, then one whenever something
         changed (at most one per :data:`WATCH_INTERVAL`; a running turn's clock counts as a
-        change every :data:`WATCH_HEARTBEAT`), the last one always, then the end."""
+        change every :data:`WATCH_HEARTBEAT`), and the last one as soon as it is the last
+        (the end cuts the pause short), then the end."""
         seen = -1
         delivered_at = -math.inf
         last: Progress | None = None
@@ -450,21 +456,49 @@ class ProgressTracker:
             # Keep the pace first (changes meanwhile are coalesced into the next snapshot);
             # then, if nothing changed, wait for a change (or the heartbeat while it runs).
             pause = delivered_at + WATCH_INTERVAL - self._clock()
-            if pause > 0:
-                await anyio.sleep(pause)
+            if pause > 0 and not self._ended:
+                await self._until_end(pause)  # the end cuts the pause short
             if self._version == seen and not self._ended:
                 beat = delivered_at + WATCH_HEARTBEAT - self._clock()
                 await self._changed(None if last.settled else max(beat, WATCH_INTERVAL))
 
+    async def _until_end(self, within: float) -> None:
+        await _wait(self._end_waiters, within)
+
     async def _changed(self, within: float | None) -> None:
-        wake = self._wake
-        if wake is None:
-            wake = self._wake = anyio.Event()
-        if within is None:
-            await wake.wait()
-        else:
-            with anyio.move_on_after(within):
-                await wake.wait()
+        await _wait(self._waiters, within)
+
+
+# Waiting is done with bare asyncio futures and timer handles (runs need asyncio): an anyio
+# event and cancel scope per wait cost a watcher several times more CPU.  Cancelling the
+# task that waits cancels the future, as any await does; the waiter is removed either way.
+
+
+def _wake_all(waiters: list[asyncio.Future[None]]) -> None:
+    for future in waiters:
+        if not future.done():
+            future.set_result(None)
+    waiters.clear()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _wait(waiters: list[asyncio.Future[None]], within: float | None) -> None:
+    """Wait until the waiters are woken, or for ``within`` seconds (None: no limit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    waiters.append(future)
+    timer = None if within is None else loop.call_later(max(within, 0.0), _resolve, future)
+    try:
+        await future
+    finally:
+        if timer is not None:
+            timer.cancel()
+        with contextlib.suppress(ValueError):  # still listed: its timer or a cancellation ended it
+            waiters.remove(future)
 
 
 home("supervisor", Progress, ProgressCounts, progress_line)
