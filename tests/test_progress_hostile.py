@@ -5,7 +5,8 @@ text, permission requests) with every string field carrying :data:`MARK`, and ev
 closed field (a tool kind, a status, an item type, a tool name) either a real value or
 a marked string.  Every snapshot a watcher received, the final one, their lines and
 their ``as_dict()`` must be free of the marker, and every key must come from its closed
-set.  The children are the scripted ones (``tests/children``, ``tests/claude_code``):
+set.  The children are the scripted ones (``tests/children``, ``tests/claude_code``; the
+fake DSH runtime takes the marker in its tool call's id and name and in its answer):
 only they can be made to send anything at all.
 """
 
@@ -229,6 +230,27 @@ async def hostile_claude(fake: FakeCli, u: dict[str, Any]) -> None:
     assert final.permissions == {"denied": 1}
 
 
+# -- DSH (the fake runtime) ---------------------------------------------------------------
+
+
+async def hostile_dsh(tmp_path: Path, u: dict[str, Any]) -> None:
+    from tests.dsh_sdk.test_provider import dsh
+
+    call = u["calls"][0] if u["calls"] else {"id": MARK, "title": MARK}
+    knobs = {
+        "MESSAGE": "textless",
+        "TOOL_CALL_ID": call["id"],
+        "TOOL_NAME": call["title"],
+        "DELTAS": u["answer"],
+    }
+    provider = dsh(tmp_path, {k: v.replace("\x00", "") for k, v in knobs.items()})
+    registry = Registry()
+    registry.register(provider)
+    seen, final, _ = await watched(registry, provider.name, tmp_path)
+    check(seen, final, frozenset({"other"}))
+    assert final.tool_calls == {"other": 1}
+
+
 # -- the fuzz ------------------------------------------------------------------------------
 
 
@@ -240,3 +262,4 @@ def test_no_child_text_reaches_progress_from_any_kind(
     anyio.run(hostile_acp, tmp_path_factory.mktemp("acp"), u, backend="asyncio")
     anyio.run(hostile_codex, tmp_path_factory.mktemp("codex"), u, backend="asyncio")
     anyio.run(hostile_claude, fake_cli, u, backend="asyncio")
+    anyio.run(hostile_dsh, tmp_path_factory.mktemp("dsh"), u, backend="asyncio")

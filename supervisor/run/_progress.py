@@ -74,6 +74,14 @@ class ProgressCounts(Mapping[str, int]):
         self._counts: dict[str, int] = {name: int(n) for name, n in sorted(items) if n}
         self._hash: int | None = None
 
+    @classmethod
+    def _of(cls, counts: dict[str, int]) -> ProgressCounts:
+        """From the tracker's own counts (ints already): no checks, no copy of zeros."""
+        made = cls.__new__(cls)
+        made._counts = dict(sorted(item for item in counts.items() if item[1]))
+        made._hash = None
+        return made
+
     def __getitem__(self, name: str) -> int:
         return self._counts[name]
 
@@ -89,6 +97,8 @@ class ProgressCounts(Mapping[str, int]):
         return self._hash
 
     def __eq__(self, other: object) -> bool:
+        if other is self:  # a snapshot reuses its counts while they do not change
+            return True
         if isinstance(other, ProgressCounts):
             return self._counts == other._counts
         if isinstance(other, Mapping):
@@ -182,24 +192,27 @@ def progress_line(p: Progress) -> str:
     Numbers use a comma every three digits.
     """
     parts = [p.stage, f"turn {p.turn}", _elapsed(p.elapsed_ms)]
-    calls = p.tool_calls.total
-    if calls:
-        inner = ", ".join(f"{kind} {n:,}" for kind, n in _by_count(p.tool_calls))
-        status = p.tool_call_status
+    kinds = p.tool_calls._counts  # this module's own: plain dicts read directly (a live line's cost)
+    if kinds:
+        calls = sum(kinds.values())
+        ordered = sorted(kinds.items(), key=_count_then_name) if len(kinds) > 1 else kinds.items()
+        inner = ", ".join([f"{kind} {n:,}" for kind, n in ordered])
+        status = p.tool_call_status._counts
         running = status.get("pending", 0) + status.get("in_progress", 0)
-        tail = [f"{running:,} running"] if running else []
-        if status.get("failed", 0):
-            tail.append(f"{status['failed']:,} failed")
-        if tail:
+        failed = status.get("failed", 0)
+        if running or failed:
+            tail = [f"{running:,} running"] if running else []
+            if failed:
+                tail.append(f"{failed:,} failed")
             inner += "; " + ", ".join(tail)
         parts.append(f"{_count(calls, 'tool call')} ({inner})")
-    entries = p.plan.total
-    if entries:
-        parts.append(f"plan {p.plan.get('completed', 0):,}/{entries:,} done")
-    asked = p.permissions.total
+    plan = p.plan._counts
+    if plan:
+        parts.append(f"plan {plan.get('completed', 0):,}/{sum(plan.values()):,} done")
+    asked = p.permissions._counts
     if asked:
-        inner = ", ".join(f"{d} {p.permissions[d]:,}" for d in PERMISSION_DECISIONS if d in p.permissions)
-        parts.append(f"{_count(asked, 'permission request')} ({inner})")
+        inner = ", ".join([f"{d} {asked[d]:,}" for d in PERMISSION_DECISIONS if d in asked])
+        parts.append(f"{_count(sum(asked.values()), 'permission request')} ({inner})")
     if p.answer_bytes:
         parts.append(_count(p.answer_bytes, "answer byte"))
     tokens = None if p.usage is None else p.usage.output_tokens
@@ -212,8 +225,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _by_count(counts: ProgressCounts) -> list[tuple[str, int]]:
-    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+def _count_then_name(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
 
 
 def _elapsed(ms: int) -> str:
@@ -297,7 +310,7 @@ class ProgressTracker:
         self._frozen_ms: int | None = None
         self._ended = False
         self._version = 0
-        self._cached: tuple[int, tuple[ProgressCounts, ...]] | None = None
+        self._cached: tuple[ProgressCounts, ...] | None = None  # the counts, until they change
         self._waiters: list[asyncio.Future[None]] = []  # watchers waiting for a change
         self._end_waiters: list[asyncio.Future[None]] = []  # watchers pacing: only the end cuts it short
 
@@ -336,6 +349,7 @@ class ProgressTracker:
                 counts.statuses[known.status] -= 1
                 counts.statuses[status] = counts.statuses.get(status, 0) + 1
                 known.status = status
+        self._cached = None
         self._bump()
 
     def plan(self, statuses: Iterable[object]) -> None:
@@ -346,6 +360,7 @@ class ProgressTracker:
                 plan[status] = plan.get(status, 0) + 1
         if plan != self._counts.plan:
             self._counts.plan = plan
+            self._cached = None
             self._bump()
 
     def permission(self, decision: str) -> None:
@@ -353,6 +368,7 @@ class ProgressTracker:
         if isinstance(decision, str) and decision in _DECISIONS:
             permissions = self._counts.permissions
             permissions[decision] = permissions.get(decision, 0) + 1
+            self._cached = None
             self._bump()
 
     def answer_bytes(self, n: int) -> None:
@@ -376,6 +392,7 @@ class ProgressTracker:
     def begin_turn(self) -> None:
         """A turn begins: counts from zero, the clock from now."""
         self._counts = _Counters()
+        self._cached = None
         self._started = self._clock()
         self._frozen_ms = None
         self._bump()
@@ -414,11 +431,15 @@ class ProgressTracker:
         """The latest snapshot (its counts rebuilt only when something changed)."""
         stage, turn = self._describe()
         cached = self._cached
-        if cached is None or cached[0] != self._version:
+        if cached is None:
             c = self._counts
-            counts = tuple(ProgressCounts(d) for d in (c.kinds, c.statuses, c.permissions, c.plan))
-            self._cached = cached = (self._version, counts)
-        kinds, statuses, permissions, plan = cached[1]
+            cached = self._cached = (
+                ProgressCounts._of(c.kinds),
+                ProgressCounts._of(c.statuses),
+                ProgressCounts._of(c.permissions),
+                ProgressCounts._of(c.plan),
+            )
+        kinds, statuses, permissions, plan = cached
         frozen = self._frozen_ms
         return Progress(
             stage=stage,

@@ -52,7 +52,9 @@ session/prompt
   FAKE_DSH_MESSAGE=normal|empty|none|textless|malformed
                                assistant/message content: the text as two text blocks
                                (default); [] (usage-only step); no message at all; one
-                               non-text block; a non-array carrying the secret.
+                               non-text block (a tool-call: FAKE_DSH_TOOL_CALL_ID, default
+                               call-1, FAKE_DSH_TOOL_NAME, default noop); a non-array
+                               carrying the secret.
   FAKE_DSH_SPLIT_UTF8          write the assistant/message line in two writes split inside
                                a multibyte UTF-8 sequence (use a non-ASCII FAKE_DSH_TEXT).
   FAKE_DSH_REASON=<kind>[:<cause>]
@@ -405,7 +407,8 @@ def emit_turn_events(session: Session, turn: int, reason: str) -> None:
     elif shape == "empty":
         content = []
     elif shape == "textless":
-        content = [{"type": "tool-call", "id": "call-1", "name": "noop", "input": {}}]
+        call, name = env("TOOL_CALL_ID", "call-1"), env("TOOL_NAME", "noop")
+        content = [{"type": "tool-call", "id": call, "name": name, "input": {name: call}}]
     elif shape == "malformed":
         content = f"not an array {SECRET}"
     else:
