@@ -1,8 +1,9 @@
 """What progress costs the parent: runs with progress off, fed but unwatched, and watched
 (run: python -m benchmarks.bench_progress).
 
-Three contenders, interleaved round after round in one process, each the built-in example
-agent through ``Registry.run`` in process-tree containment:
+Three contenders, interleaved round after round in one process (each round starts with the
+next one), each the built-in example agent through ``Registry.run`` in process-tree
+containment:
 
 * ``off``: the progress feed is switched off (every ``ProgressTracker`` feed method
   replaced by a no-op for the contender's rounds): what a run cost before progress existed;
@@ -166,8 +167,8 @@ async def main() -> None:
         task = workload(work)
         for n in levels:
             samples: dict[str, list[tuple[float, float]]] = {c: [] for c in CONTENDERS}
-            for _ in range(rounds):
-                for name in CONTENDERS:
+            for r in range(rounds):
+                for name in CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]:  # each goes first in turn
                     one = contender(name, task)
                     with feed_off() if name == "off" else contextlib.nullcontext():
                         samples[name].append(await level(one, n, cwd))

@@ -6,6 +6,7 @@ turn); the runs of every built-in kind feed it in ``tests/test_progress_runs.py`
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from collections.abc import Callable
@@ -153,7 +154,8 @@ def test_the_memory_a_flood_of_calls_takes_is_bounded() -> None:
         t.tool_call(f"id-{i}", "read", "completed")
     p = t.snapshot()
     assert p.tool_calls == {"read": MAX_TRACKED_CALLS + 50}
-    assert len(t._counts.calls) == MAX_TRACKED_CALLS
+    assert len(t._counts.call_kinds) == len(t._counts.call_statuses) == MAX_TRACKED_CALLS
+    assert not gc.is_tracked(t._counts.call_kinds)  # never scanned by the collector
 
 
 def test_a_turn_counts_from_zero_and_its_clock_stops_when_it_settles() -> None:

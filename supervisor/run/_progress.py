@@ -254,16 +254,13 @@ def checked_kinds(kinds: frozenset[str]) -> frozenset[str]:
 
 
 @dataclass(slots=True)
-class _Call:
-    kind: str
-    status: str
-
-
-@dataclass(slots=True)
 class _Counters:
     """One turn's counts (a plain mutable record, rebuilt per turn)."""
 
-    calls: dict[int, _Call] = field(default_factory=dict)
+    # A call's kind and status by its id's hash: ints and the closed sets' strings only, so
+    # the garbage collector never tracks (nor scans) these dicts, however many calls a turn makes.
+    call_kinds: dict[int, str] = field(default_factory=dict)
+    call_statuses: dict[int, str] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     permissions: dict[str, int] = field(default_factory=dict)
@@ -330,25 +327,27 @@ class ProgressTracker:
         except TypeError:
             return
         counts = self._counts
-        known = counts.calls.get(key)
-        if known is None:
+        known_kind = counts.call_kinds.get(key)
+        if known_kind is None:
             kind = kind or "other"
             status = status or "pending"
-            if len(counts.calls) < MAX_TRACKED_CALLS:
-                counts.calls[key] = _Call(kind, status)
+            if len(counts.call_kinds) < MAX_TRACKED_CALLS:
+                counts.call_kinds[key] = kind
+                counts.call_statuses[key] = status
             counts.kinds[kind] = counts.kinds.get(kind, 0) + 1
             counts.statuses[status] = counts.statuses.get(status, 0) + 1
         else:
-            if kind is not None and kind != known.kind:
-                counts.kinds[known.kind] -= 1
+            known_status = counts.call_statuses[key]
+            if kind is not None and kind != known_kind:
+                counts.kinds[known_kind] -= 1
                 counts.kinds[kind] = counts.kinds.get(kind, 0) + 1
-                known.kind = kind
-            elif status is None or status == known.status:
+                counts.call_kinds[key] = kind
+            elif status is None or status == known_status:
                 return  # nothing changed
-            if status is not None and status != known.status:
-                counts.statuses[known.status] -= 1
+            if status is not None and status != known_status:
+                counts.statuses[known_status] -= 1
                 counts.statuses[status] = counts.statuses.get(status, 0) + 1
-                known.status = status
+                counts.call_statuses[key] = status
         self._cached = None
         self._bump()
 
