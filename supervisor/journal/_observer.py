@@ -103,6 +103,22 @@ def host_identity() -> tuple[str, int, float]:
     return socket.gethostname(), pid, psutil.Process(pid).create_time()
 
 
+_DIGESTS: dict[int, tuple[Any, str]] = {}
+
+
+def _digest(config: Any) -> str:
+    """The config's digest, computed once per config object (a provider's config serves
+    every run of it; the digest costs a model dump and a hash)."""
+    known = _DIGESTS.get(id(config))
+    if known is not None and known[0] is config:
+        return known[1]
+    digest = config_digest(config)
+    if len(_DIGESTS) >= 256:
+        _DIGESTS.clear()
+    _DIGESTS[id(config)] = (config, digest)
+    return digest
+
+
 def session_id_of(run: object) -> str | None:
     """The agent's own session id, when the run knows one that is bounded and printable."""
     value = getattr(run, "agent_session_id", None)
@@ -193,13 +209,11 @@ class RunJournal:
         return journaled
 
     def _audit(self, entry: Transition, at: float) -> None:
-        write = self._journal.write
-        t = round(entry.t - self._started, 6)
-        write(
-            _AUDIT, (entry.run_id, entry.turn, entry.machine, entry.event, entry.source, entry.target, t, at)
-        )
+        t = entry.t - self._started  # rounded when read
+        row = (entry.run_id, entry.turn, entry.machine, entry.event, entry.source, entry.target, t, at)
+        self._journal.write(_AUDIT, row)
         if entry.event == "turn_ended":
-            write(_RUN_STATE, ("idle", 0, at, entry.run_id))
+            self._journal.write(_RUN_STATE, ("idle", 0, at, entry.run_id))
 
     def begin(self, run: JournaledRun) -> None:
         self._run_id = run.id
@@ -214,7 +228,7 @@ class RunJournal:
                 run.id,
                 run.kind,
                 run.provider_name,
-                config_digest(run.config),
+                _digest(run.config),
                 run_cwd(run),
                 run.containment,
                 int(run.conversation),

@@ -263,7 +263,7 @@ def read_run(path: Path, run_id: str) -> RunRecord | None:
             JournaledTurn(number, state, started, ended, stop, diagnostic, usage, task, answer)
         )
     entries = tuple(
-        {"event": e, "source": s, "target": t_, "t": t, "machine": m, "turn": n}
+        {"event": e, "source": s, "target": t_, "t": round(t, 6), "machine": m, "turn": n}
         for e, s, t_, t, m, n in audit
     )
     return _replace(record, turn_records=tuple(turn_records), audit=entries)

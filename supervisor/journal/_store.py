@@ -41,7 +41,7 @@ log = logging.getLogger("supervisor")
 
 BUSY_TIMEOUT_MS = 5000
 BUSY_PATIENCE = 120.0  # seconds a batch is retried while other writers hold the lock
-MAX_BATCH = 2000
+MAX_BATCH = 256  # statements per transaction: short ones, the GIL handed back between them
 COALESCE = 0.05  # seconds: the longest a queued row waits for its commit
 
 Statement = tuple[str, Sequence[Any]]
@@ -268,8 +268,17 @@ class Journal:
             return
         connection.execute("BEGIN IMMEDIATE")
         try:
-            for sql, params in batch:
-                connection.execute(sql, params)
+            start = 0
+            while start < len(batch):  # runs of one statement go in one executemany (the audit rows)
+                sql = batch[start][0]
+                end = start + 1
+                while end < len(batch) and batch[end][0] is sql:
+                    end += 1
+                if end - start == 1:
+                    connection.execute(sql, batch[start][1])
+                else:
+                    connection.executemany(sql, [params for _, params in batch[start:end]])
+                start = end
             connection.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:
