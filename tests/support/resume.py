@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tests.conftest import CHILDREN, PYTHON, tagged
 from tests.support.pidfd import pidfds, wait_gone
@@ -32,10 +33,19 @@ def killed_host(
     ``persisted`` (when given) is waited for before the kill: an agent that answers before
     it has written the turn to its own session store (claude-agent-acp does) would
     otherwise lose the turn's answer, which is the agent's window, not the supervisor's."""
+    with tempfile.TemporaryFile() as errors:  # the host's own stderr, to say why it stopped early
+        facts = _run_and_kill(spec, turns, persisted, errors)
+    assert tagged(facts[-1]["run_id"]) == []
+    return facts
+
+
+def _run_and_kill(
+    spec: dict[str, Any], turns: int, persisted: Callable[[], bool] | None, errors: IO[bytes]
+) -> list[dict[str, Any]]:
     proc = subprocess.Popen(
         [PYTHON, str(RESUME_HOST), json.dumps({**spec, "end": "hang"})],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=errors,
         text=True,
     )
     facts: list[dict[str, Any]] = []
@@ -43,7 +53,9 @@ def killed_host(
         assert proc.stdout is not None
         for _ in range(turns):
             line = proc.stdout.readline()
-            assert line, "the first host did not finish its turn"
+            if not line:
+                errors.seek(0)
+                raise AssertionError(f"the first host did not finish its turn: {errors.read()[-3000:]!r}")
             facts.append(json.loads(line))
         if persisted is not None:
             wait_for(persisted)
@@ -55,7 +67,6 @@ def killed_host(
         assert wait_gone(fds, GONE_WITHIN) == []
         assert proc.stdout is not None
         proc.stdout.close()
-    assert tagged(facts[-1]["run_id"]) == []
     return facts
 
 
