@@ -76,13 +76,14 @@ async def run_once(config: Config, tmp_path: Path, task: str = "the task") -> tu
                 "stop reason: max_turn_requests)",
             ),
         ),
-        (
+        pytest.param(  # a fixed id: every xdist worker must collect the same names
             SECRET,
             SubagentResult(
                 output="hello from acp_child",
                 stop_reason="error",
                 diagnostic="Subagent failure (provider: ACP; stage: prompt; category: unknown; stop reason: unknown)",
             ),
+            id="a-secret-stop-reason",
         ),
     ],
 )
