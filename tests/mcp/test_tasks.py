@@ -6,6 +6,7 @@ handshake era) keep the blocking tools.  The board's TTL and cap are driven dire
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,6 +26,8 @@ from supervisor.mcp._answers import result_facts
 from supervisor.mcp._tasks import TASKS_EXTENSION, Pending, TaskBoard, TaskStatus
 from tests.conftest import tagged
 from tests.mcp.test_server import EXAMPLE_ANSWER_START, SERVER, write_config
+from tests.support.raw_mcp import RawMcp
+from tests.test_progress_hostile import MARK, SESSION, acp_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +62,9 @@ class BareGet(types.Request[types.RequestParams, Literal["tasks/get"]]):
 
 
 async def get_task(client: Client, task_id: str) -> dict[str, Any]:
-    task: dict[str, Any] = await client.session.send_request(GetTask(params=TaskIdParams(taskId=task_id)), RAW)
+    task: dict[str, Any] = await client.session.send_request(
+        GetTask(params=TaskIdParams(taskId=task_id)), RAW
+    )
     return task
 
 
@@ -143,7 +148,9 @@ async def test_a_failed_run_is_a_completed_task_whose_result_is_an_error(tmp_pat
         finished = await until_finished(client, task.task_id)
     assert finished["status"] == "completed"  # the request did not fail: the run did
     assert finished["result"]["isError"] is True
-    assert finished["result"]["content"][0]["text"].startswith("subagent run failed\nDiagnostic: Subagent failure")
+    assert finished["result"]["content"][0]["text"].startswith(
+        "subagent run failed\nDiagnostic: Subagent failure"
+    )
 
 
 async def test_tasks_cancel_ends_the_run_and_its_tree_and_the_task_is_cancelled(tmp_path: Path) -> None:
@@ -207,7 +214,9 @@ async def test_bad_input_is_one_error_never_a_crash(tmp_path: Path) -> None:
         (block,) = refused.content
         assert isinstance(block, types.TextContent)
         assert (refused.is_error, block.text) == (True, "task must be a non-empty string")
-        no_run = await client.session.call_tool("send_subagent", {"run_id": "x", "task": "t"}, allow_claimed=True)
+        no_run = await client.session.call_tool(
+            "send_subagent", {"run_id": "x", "task": "t"}, allow_claimed=True
+        )
         assert isinstance(no_run, types.CallToolResult)
         assert no_run.is_error is True
         # The server is still there.
@@ -286,3 +295,131 @@ async def test_finished_tasks_are_kept_for_their_ttl_and_at_most_the_cap_oldest_
             board.get(fourth)
         fresh = board.create(answering("later")).task_id
         assert fresh not in {*ids, fourth}  # an id is never handed out again
+
+
+# -- the status notification ----------------------------------------------------------------
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}},
+}
+
+
+def test_a_listen_stream_carries_each_status_change_of_its_tasks(tmp_path: Path) -> None:
+    """``subscriptions/listen`` with ``taskIds``: acknowledged with those ids, then each status
+    change of a listed task as ``notifications/tasks`` (the whole task), on that stream."""
+    config = write_config(tmp_path / "c.toml", hang={"HANG": "1"})
+    stderr = tmp_path / "server.stderr"
+    server = RawMcp("--config", str(config), cwd=tmp_path, stderr=stderr, handshake=False)
+    try:
+        answer = server.request(
+            "tools/call", {"name": "run_subagent", "arguments": {"task": "t"}, "_meta": ENVELOPE}
+        )
+        task = answer["result"]
+        assert (task["resultType"], task["status"]) == ("task", "working")
+        stream = server.send(
+            "subscriptions/listen", {"notifications": {"taskIds": [task["taskId"]]}, "_meta": ENVELOPE}
+        )
+        ack = server.until(lambda f: f.get("method") == "notifications/subscriptions/acknowledged")
+        assert ack["params"]["notifications"] == {"taskIds": [task["taskId"]]}
+        assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == stream
+        cancel = server.request("tasks/cancel", {"taskId": task["taskId"], "_meta": ENVELOPE})
+        assert cancel["result"]["resultType"] == "complete"
+        changed = server.until(lambda f: f.get("method") == "notifications/tasks")
+        assert changed["params"]["taskId"] == task["taskId"]
+        assert changed["params"]["status"] == "cancelled"
+        assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == stream
+        # A client that does not declare the extension cannot listen for tasks.
+        bare = {**ENVELOPE, "io.modelcontextprotocol/clientCapabilities": {}}
+        refused = server.request("subscriptions/listen", {"notifications": {"taskIds": ["x"]}, "_meta": bare})
+        assert refused["error"]["code"] == types.MISSING_REQUIRED_CLIENT_CAPABILITY
+    finally:
+        assert server.close() == 0
+    assert "Traceback" not in stderr.read_text(encoding="utf-8", errors="replace")
+
+
+# -- no child text ---------------------------------------------------------------------------
+
+
+def hostile_child(tmp_path: Path) -> Path:
+    """A scripted child whose tool calls, plan and answer all carry :data:`MARK`, then hangs."""
+    hostile = {
+        "calls": [
+            {
+                "id": MARK + "id",
+                "title": MARK + "title",
+                "kind": MARK + "kind",
+                "status": "pending",
+                "then": MARK + "status",
+                "argument": MARK + "argument",
+            },
+            {
+                "id": MARK + "2",
+                "title": MARK,
+                "kind": "execute",
+                "status": "in_progress",
+                "then": "completed",
+                "argument": "rm -rf /" + MARK,
+            },
+        ],
+        "plan": [(MARK + "entry", "pending"), (MARK, MARK + "status")],
+        "answer": MARK + "answer",
+        "currency": MARK,
+    }
+    listed = tmp_path / "frames.json"
+    listed.write_text(json.dumps(acp_frames(hostile)), encoding="utf-8")
+    return write_config(
+        tmp_path / "c.toml",
+        hostile={
+            "SESSION_ID": SESSION,
+            "TEXT": "",
+            "FRAMES_AT": "prompt",
+            "FRAMES_FILE": str(listed),
+            "HANG": "1",
+        },
+    )
+
+
+async def test_status_messages_and_progress_never_carry_child_text(tmp_path: Path) -> None:
+    """A hostile child's titles, commands, plan entries and kinds never reach a task's
+    ``statusMessage`` nor a progress notification: closed facts and numbers only."""
+    config = hostile_child(tmp_path)
+    seen: list[str] = []
+    async with modern("--config", str(config), cwd=tmp_path) as client:
+        task = await created(client, "run_subagent", {"task": "t"})
+        with anyio.fail_after(EVENTUALLY):
+            while True:  # until the child's tool calls are counted
+                message = (await get_task(client, task.task_id))["statusMessage"]
+                seen.append(message)
+                if "tool call" in message:
+                    break
+                await anyio.sleep(0.05)
+        await client.session.send_request(CancelTask(params=TaskIdParams(taskId=task.task_id)), RAW)
+        finished = await until_finished(client, task.task_id)
+        assert finished["status"] == "cancelled"
+        assert MARK not in json.dumps(finished)
+
+        progressed = anyio.Event()
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(message or "")
+            if message is not None and "tool call" in message:
+                progressed.set()
+
+        with anyio.fail_after(EVENTUALLY):
+            async with anyio.create_task_group() as tg:
+
+                async def blocking() -> None:
+                    params = StdioServerParameters(
+                        command=SERVER[0], args=[*SERVER[1:], "--config", str(config)], cwd=str(tmp_path)
+                    )
+                    async with Client(params, mode="legacy") as legacy:
+                        await legacy.call_tool("run_subagent", {"task": "t"}, progress_callback=progress)
+
+                tg.start_soon(blocking)
+                await progressed.wait()
+                tg.cancel_scope.cancel()
+    assert any("tool call" in line for line in seen)
+    for line in seen:
+        assert MARK not in line
+        assert "rm -rf" not in line

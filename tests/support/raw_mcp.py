@@ -23,7 +23,9 @@ ANSWER_DEADLINE = 120.0
 class RawMcp:
     """One server process; :meth:`call` a tool, :meth:`close` ends it (stdin EOF, exit 0)."""
 
-    def __init__(self, *args: str, cwd: Path, stderr: Path) -> None:
+    def __init__(self, *args: str, cwd: Path, stderr: Path, handshake: bool = True) -> None:
+        """``handshake=False``: no ``initialize`` (a 2026-07-28 client: every request carries
+        its own envelope in ``_meta``)."""
         self._stderr: IO[bytes] = stderr.open("ab")
         self.process = subprocess.Popen(
             [PYTHON, "-m", "supervisor.cli", "mcp", *args],
@@ -37,6 +39,8 @@ class RawMcp:
         self._reader.start()
         self._next_id = 0
         self.frames: list[bytes] = []
+        if not handshake:
+            return
         answer = self.request(
             "initialize",
             {
@@ -79,6 +83,24 @@ class RawMcp:
             self.frames.append(line)
             frame: dict[str, Any] = json.loads(line.decode("utf-8"))  # strict UTF-8
             if frame.get("id") == request_id:
+                return frame
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request without waiting for its answer (a stream: ``subscriptions/listen``)."""
+        self._next_id += 1
+        self.send_text(
+            json.dumps({"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params})
+        )
+        return self._next_id
+
+    def until(self, wanted: Any) -> dict[str, Any]:
+        """Read frames (kept in ``frames``) until one for which ``wanted(frame)`` is true."""
+        while True:
+            line = self._lines.get(timeout=ANSWER_DEADLINE)
+            assert line, "the server closed its stdout"
+            self.frames.append(line)
+            frame: dict[str, Any] = json.loads(line.decode("utf-8"))
+            if wanted(frame):
                 return frame
 
     def call(self, tool: str, arguments_json: str) -> dict[str, Any]:
