@@ -149,3 +149,17 @@ async def test_the_session_id_is_host_side_and_a_dsh_session_is_not_resumable(tm
     )
     assert len(requests_of(tmp_path / RECORD, "initialize")) == 1  # nothing spawned
     assert len(requests_of(tmp_path / RECORD, "session/prompt")) == 1  # nothing sent
+
+
+async def test_a_planned_run_id_is_honoured(tmp_path: Path) -> None:
+    import uuid
+
+    from supervisor import SessionPlan
+
+    provider = dsh(tmp_path)
+    run_id = str(uuid.uuid4())
+    async with registry_with(provider).run(
+        provider.name, request(tmp_path, "turn one"), conversation=True, session=SessionPlan(run_id=run_id)
+    ) as run:
+        await run.result()
+        assert run.id == run_id

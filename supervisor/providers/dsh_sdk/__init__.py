@@ -14,7 +14,7 @@ from machines import TransitionSink
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._run import RunContext
-from supervisor._seam import Capabilities, SubagentRequest
+from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor.process import Containment
 from supervisor.providers.dsh_sdk._config import MAX_SAFE_INTEGER, Config
 from supervisor.providers.dsh_sdk._run import DshSdkRun
@@ -40,8 +40,16 @@ class Provider:
     def capabilities(self) -> Capabilities:
         return CAPABILITIES
 
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> DshSdkRun:
-        return DshSdkRun(RunContext(self.name, self.config, request, trace, self._tree))
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> DshSdkRun:
+        """A run; a session plan's ``run_id`` is honoured (``resume`` never reaches this kind:
+        it cannot resume)."""
+        return DshSdkRun(RunContext(self.name, self.config, request, trace, self._tree, session=session))
 
 
 def readiness() -> Readiness:
