@@ -41,13 +41,13 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._errors import TeardownFailed as TeardownFailed
     from supervisor._errors import TurnInProgress as TurnInProgress
     from supervisor._errors import UnsupportedCapability as UnsupportedCapability
+    from supervisor._handle import Provider as Provider
     from supervisor._handle import Run as Run
     from supervisor._host_limits import set_host_ceiling as set_host_ceiling
     from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
     from supervisor._kinds import InstalledKind as InstalledKind
     from supervisor._kinds import create_provider as create_provider
     from supervisor._kinds import installed_kinds as installed_kinds
-    from supervisor._registry import Provider as Provider
     from supervisor._registry import Registry as Registry
     from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
     from supervisor._seam import Capabilities as Capabilities
@@ -105,7 +105,7 @@ _ORIGINS: dict[str, str] = {
     "InstalledKind": "supervisor._kinds",
     "create_provider": "supervisor._kinds",
     "installed_kinds": "supervisor._kinds",
-    "Provider": "supervisor._registry",
+    "Provider": "supervisor._handle",
     "Registry": "supervisor._registry",
     "NO_CAPABILITIES": "supervisor._seam",
     "Capabilities": "supervisor._seam",

@@ -12,11 +12,11 @@ from typing import Protocol, runtime_checkable
 
 from anyio.abc import TaskGroup
 
-from machines import AuditTrail, Vocabulary
+from machines import AuditTrail, TransitionSink, Vocabulary
 from supervisor._abort import AbortSignal
 from supervisor._errors import ConversationOver
 from supervisor._public import home
-from supervisor._seam import Resources, SubagentResult
+from supervisor._seam import Capabilities, Resources, SubagentRequest, SubagentResult
 from supervisor.process import ExitFacts
 from supervisor.run._progress import Progress
 from supervisor.workspace import Workspace
@@ -166,4 +166,27 @@ class Run(Protocol):
         ...
 
 
-home("supervisor", Run)
+@runtime_checkable
+class Provider(Protocol):
+    """What the registry needs of a provider."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def inherits_parent_context(self) -> bool: ...
+
+    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
+        """A fresh, unstarted run for ``request``.
+
+        A kind whose capabilities declare ``resume`` (or that honours ``SessionPlan.run_id``)
+        also takes ``session: SessionPlan | None = None``; the registry passes it only when
+        there is a plan, so a provider written before it existed is called as above.
+        """
+        ...
+
+
+home("supervisor", Run, Provider)

@@ -9,7 +9,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -23,10 +23,10 @@ from supervisor._errors import (
     SubagentError,
     UnsupportedCapability,
 )
-from supervisor._handle import Run
+from supervisor._handle import Provider, Run
 from supervisor._public import home
 from supervisor._resume import check_plan, not_resumable
-from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
+from supervisor._seam import SessionPlan, SubagentRequest
 from supervisor._unusable import distribution_of, unusable
 from supervisor.journal import Journal
 from supervisor.journal import _switch as _journal
@@ -44,29 +44,6 @@ _CAPABILITY_CHECKS = (
     ("persona", "persona", "persona"),
     ("agent_options", "agent_options", "agentOptions"),
 )
-
-
-@runtime_checkable
-class Provider(Protocol):
-    """What the registry needs of a provider."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def capabilities(self) -> Capabilities: ...
-
-    @property
-    def inherits_parent_context(self) -> bool: ...
-
-    def create_run(self, request: SubagentRequest, *, trace: TransitionSink | None = None) -> Run:
-        """A fresh, unstarted run for ``request``.
-
-        A kind whose capabilities declare ``resume`` (or that honours ``SessionPlan.run_id``)
-        also takes ``session: SessionPlan | None = None``; the registry passes it only when
-        there is a plan, so a provider written before it existed is called as above.
-        """
-        ...
 
 
 def require_asyncio() -> None:
@@ -216,7 +193,7 @@ class Registry:
             keep = _journal.keep_plan(provider) is not None
         key = WarmKey(name, _digest(config), resolved, keep)
         if self._warm is None:
-            self._warm = WarmPool()
+            self._warm = WarmPool(build_run_with_plan)
         count = check_count(count, config, self._warm.kept_elsewhere(key))
         with _journal.using(self._journal):  # warm runs are journaled once taken and started
             await self._warm.prestart(key, provider, count)
@@ -437,4 +414,4 @@ class Registry:
             raise
 
 
-home("supervisor", Provider, Registry)
+home("supervisor", Registry)

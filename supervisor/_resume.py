@@ -27,14 +27,13 @@ result, a diagnostic, a span or a log record at INFO.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from machines import CommonEvent
+from machines import CommonEvent, Lifecycle
 from supervisor._errors import ConversationEnd, ConversationOver, InvalidRequest
 from supervisor._public import home
 
 if TYPE_CHECKING:
-    from supervisor._run import ProviderRun
     from supervisor._seam import Capabilities, SessionPlan
 
 MAX_SESSION_ID_CHARS = 256
@@ -95,14 +94,14 @@ def plan_run_id(plan: SessionPlan | None) -> str | None:
     return plan.run_id
 
 
-def check_resumable(run: ProviderRun[Any], *, conversation: bool) -> None:
+def check_resumable(lifecycle: type[Lifecycle], label: str, turn: int, *, conversation: bool) -> None:
     """A run's own checks of a resume at its start, before anything spawns: it is a
-    conversation, and its chart has the ``resumed`` row (a kind that cannot resume is
-    ``not resumable``)."""
+    conversation, and its chart (``lifecycle``) has the ``resumed`` row (a kind that
+    cannot resume is ``not resumable``)."""
     if not conversation:
         raise InvalidRequest("a resumed run is a conversation: start it with conversation=True")
-    if not any(row[0] == CommonEvent.RESUMED for row in run.lifecycle.TABLE):
-        raise not_resumable(run.vocabulary.label, run.turn)
+    if not any(row[0] == CommonEvent.RESUMED for row in lifecycle.TABLE):
+        raise not_resumable(label, turn)
 
 
 def not_resumable(label: str, turns_before: int) -> ConversationOver:

@@ -776,7 +776,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         if conversation and not any(row[0] == CommonEvent.TURN_ENDED for row in self.lifecycle.TABLE):
             raise InvalidRequest("this run's lifecycle has no turn loop: it cannot converse")
         if self.resuming:
-            check_resumable(self, conversation=conversation)
+            check_resumable(self.lifecycle, self.vocabulary.label, self.turn, conversation=conversation)
         self._conversation = conversation
         self._telemetry.begin(self)
         self._journal.begin(self)

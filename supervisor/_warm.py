@@ -35,6 +35,7 @@ import asyncio
 import logging
 import os
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,10 @@ def check_cwd(cwd: str | os.PathLike[str] | None, config: ProviderConfig) -> Pat
 class WarmPool:
     """The warm children of one :class:`~supervisor.Registry`."""
 
-    def __init__(self) -> None:
+    def __init__(self, build: Callable[[Any, SubagentRequest, SessionPlan | None], Any]) -> None:
+        # How a run is built (the registry's ``build_run_with_plan``), handed in: the
+        # registry owns the pool, and the pool must not import the registry back.
+        self._build = build
         self._slots: dict[WarmKey, _Slot] = {}
         self._watchers: dict[ProviderRun[Any], anyio.CancelScope] = {}
         self._waits: set[anyio.CancelScope] = set()  # refills waiting for a first turn
@@ -296,12 +300,10 @@ class WarmPool:
     async def _keep(self, key: WarmKey, provider: Any) -> None:
         """Start one child for ``key`` and watch it until it is taken, dies or idles out."""
         slot = self._slots[key]
-        from supervisor._registry import build_run_with_plan
-
         request = SubagentRequest(task=WARM_TASK, parent_cwd=key.cwd)
         assert self._task_group is not None
         try:
-            built = build_run_with_plan(provider, request, SessionPlan(keep=True) if key.keep else None)
+            built = self._build(provider, request, SessionPlan(keep=True) if key.keep else None)
             if not isinstance(built, ProviderRun):  # a run of its own making: no split start
                 raise InvalidRequest(f'subagent provider "{key.provider}" cannot be prestarted')
             run: ProviderRun[Any] = built

@@ -91,11 +91,11 @@ from supervisor._diagnostic import FailureFacts as FailureFacts
 from supervisor._diagnostic import bound_diagnostic as bound_diagnostic
 from supervisor._diagnostic import join_lines as join_lines
 from supervisor._errors import ConfigurationError as ConfigurationError
+from supervisor._handle import Provider as Provider
 from supervisor._handle import Run as Run
 from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
 from supervisor._kinds import ProviderKind as ProviderKind
 from supervisor._kinds import Readiness as Readiness
-from supervisor._registry import Provider as Provider
 from supervisor._resume import NotResumable as NotResumable
 from supervisor._run import ProviderRun as ProviderRun
 from supervisor._run import RunContext as RunContext

@@ -27,9 +27,9 @@ from supervisor._abort import AbortSignal
 from supervisor._clean import clean_text
 from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import SubagentError
-from supervisor._handle import Run
+from supervisor._handle import Provider, Run
 from supervisor._public import home
-from supervisor._registry import Provider, Registry, journaled_run
+from supervisor._registry import Registry, journaled_run
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
 from supervisor._sequence import RunOutcome, supervise
 from supervisor.process import CwdError, check_directory
