@@ -123,7 +123,7 @@ def test_diagrams_draw_the_kinds_chart(plugin_path: str, tmp_path: Path) -> None
 KIND_INDEPENDENT = (
     "tests/test_public_api.py",
     "tests/test_machines.py",
-    "tests/test_readme.py::test_readme_shows_every_current_lifecycle_diagram",
+    "tests/test_readme.py::test_the_docs_show_every_current_lifecycle_diagram",
     "tests/test_cli.py::test_providers_lists_the_kinds",
     "tests/test_cli.py::test_configuration_errors_name_file_entry_and_key",
     "tests/test_cli.py::test_diagrams_written_are_current",
