@@ -32,6 +32,7 @@ from supervisor.process import (
     limit_support,
     parse_memory,
 )
+from supervisor.process._keeper import register_groups
 from supervisor.process._limits import MEMORY, PIDS, LimitRefused
 
 log = logging.getLogger("supervisor")
@@ -74,12 +75,19 @@ def set_host_ceiling(
             )
     try:
         # The host groups that carry a ceiling are made now, so a refusal is heard now.
+        # Only where the ceiling's controllers live: a group in another hierarchy (cgroup v1 cpu)
+        # would be under no run's leaf, so the keeper never learnt of it.
         groups = [CgroupContainment(found.cgroup_base).host_group]
-        groups += [HOST_GROUPS.group(hierarchy, host_group_name()) for hierarchy in support.v1]
+        groups += [
+            HOST_GROUPS.group(hierarchy, host_group_name())
+            for hierarchy in support.v1
+            if hierarchy.controllers & {MEMORY, PIDS}
+        ]
         HOST_GROUPS.set_ceiling(ceiling)
         log.info("host ceiling %s on %s", ceiling, ", ".join(str(group) for group in groups))
     except LimitRefused as exc:
         raise ConfigurationError(f"host ceiling: {exc.filename} refused ({exc.strerror})") from exc
+    register_groups(groups)  # the keeper removes them if this process dies before any run
 
 
 def uncovered_reason(tree: Containment) -> str | None:

@@ -270,12 +270,17 @@ user writes the kernel's settings there (``kernel.core_pattern`` runs a program 
 host's root; ``/sys/kernel/uevent_helper`` too)."""
 
 
+PRIVATE_SHM = "/dev/shm"
+"""A tmpfs of the run's own in a root child's mount namespace (POSIX shared memory lives there)."""
+
+
 def view_steps(groups: Sequence[Path] | None) -> list[str]:
     """The shim's ``view=`` steps: each cgroup mount shows the run's own group (a fresh mount
     made in its cgroup namespace) where ``groups`` (the groups it enters) has one in that
     hierarchy, and is hidden otherwise (``groups`` None: process-tree, hide them all).
     First, :data:`READ_ONLY` goes read-only (the fresh cgroup mounts stay writable: the
-    child may make groups below its own)."""
+    child may make groups below its own).  Last, :data:`PRIVATE_SHM` is a tmpfs of the run's
+    own: what it leaves in shared memory goes with its mount namespace (docs/limits.md)."""
     steps = [f"ro={path}" for path in READ_ONLY]
     for point, kind, options in _mounts():
         inside = groups is not None and any(
@@ -289,6 +294,7 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
             names = _controller_names()
             chosen = [o for o in options.split(",") if o in names or o.startswith("name=")]
             steps.append(f"view=cgroup:{','.join(chosen)}:{point}")
+    steps.append(f"shm={PRIVATE_SHM}")
     return steps
 
 

@@ -5,7 +5,8 @@ session (terminal signals do not reach it), with an environment that carries no 
 tag and no host identity (so no sweep or tree snapshot ever takes it for a run's).
 It holds the read end of a pipe; this process holds the only write end
 (close-on-exec, and dropped in a forked child).  Each run is announced as it starts
-and withdrawn once its teardown has proved the tree gone.  When this process dies
+and withdrawn once its teardown has proved the tree gone; a host ceiling's groups are announced
+when the ceiling is set (the keeper then starts with the ceiling, before any run).  When this process dies
 in any way, the kernel closes the write end and the keeper ends every run still
 announced, removes this host's cgroup groups, then exits.
 
@@ -57,6 +58,7 @@ class _State:
     process: subprocess.Popen[bytes] | None = None
     write_fd: int | None = None
     runs: ClassVar[dict[tuple[str, int], str]] = {}  # live runs: their announcement
+    groups: ClassVar[list[str]] = []  # the host's own groups announced before any run: their announcement
     queue: ClassVar[list[str]] = []  # messages not yet handed to the pipe, in order
     unsent: bytes = b""  # what a short write left of messages already begun: goes first
     deferred = 0  # withdrawals in the queue
@@ -90,6 +92,23 @@ def register_run(run_id: str, pgid: int, leaves: Sequence[Path] = ()) -> None:
         _flush()
 
 
+def register_groups(groups: Sequence[Path]) -> None:
+    """Announce this host's own cgroup groups (a host ceiling's, made before any run), starting
+    the keeper if needed: it removes them when this process dies, even before its first run.
+
+    Called on the caller's thread where the ceiling is set (the CLI: before any run), never from
+    the worker threads that make runs' groups while other children are being spawned.
+    """
+    lines = [f"+group {group}\n" for group in groups if "\n" not in str(group)]
+    with _State.lock:
+        fresh = [line for line in lines if line not in _State.groups]
+        if not fresh:
+            return
+        _State.groups.extend(fresh)
+        _State.queue.extend(fresh)
+        _flush()
+
+
 def unregister_run(run_id: str, pgid: int) -> None:
     """Withdraw a run whose whole tree is gone."""
     run_id = "".join(run_id.split()) or "-"
@@ -111,7 +130,7 @@ def _flush() -> None:
     if _State.flusher is not None:
         return  # the pipe is full: the flusher writes once it drains
     if _State.write_fd is None:
-        if not _State.runs:
+        if not _State.runs and not _State.groups:
             _State.queue.clear()
             _State.deferred = 0
             return
@@ -137,7 +156,7 @@ def _write_some() -> bool:
     except OSError:  # the keeper is gone (EPIPE): a new one gets every live run
         _State.unsent = b""
         _stop()
-        if _State.runs and _restart():
+        if (_State.runs or _State.groups) and _restart():
             return _write_some()
         return True
     _State.unsent = data[written:]
@@ -183,7 +202,7 @@ def _restart() -> bool:
     except OSError as exc:
         log.warning("keeper could not be started: %r", exc)
         return False
-    _State.queue = list(_State.runs.values())
+    _State.queue = [*_State.groups, *_State.runs.values()]
     _State.unsent = b""
     _State.deferred = 0
     return True
@@ -243,6 +262,7 @@ def _forget_in_child() -> None:
     _State.write_fd = None
     _State.process = None
     _State.runs = {}
+    _State.groups = []
     _State.queue = []
     _State.unsent = b""
     _State.deferred = 0

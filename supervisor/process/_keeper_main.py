@@ -5,13 +5,15 @@ commands from a pipe whose write end only the host holds::
 
     +run <run id> <pgid> <start time of the pgid leader> [<cgroup leaf path>[\t<more leaves>...]]
     -run <run id> <pgid>
+    +group <path of one of the host's own groups>
 
 When the pipe reaches end of file the host is gone (or finished).  Every run still
 registered is then ended: ``cgroup.kill`` on its leaf, SIGKILL to its process group
 (unless that id now names a younger process), and SIGKILL to every process on the
 machine whose environment carries the host's identity, repeated until none is found
 (a chain that keeps forking is caught on a later pass).  Then the host's cgroup
-groups (the parents of every leaf it announced) are removed if empty, whether or not
+groups (the parents of every leaf it announced, and every group it announced itself: a host
+ceiling's, made before any run) are removed if empty, whether or not
 a run was still registered, and the keeper exits.
 
 This file runs as ``python -I -S <this file> <variable> <identity> [<marker>]``, and
@@ -271,6 +273,9 @@ def _apply(line: str, runs: dict[str, _Run], seen: set[Path]) -> None:
             seen.update(leaves)
         elif parts[0] == "-run" and len(parts) == 3:
             runs.pop(f"{parts[1]} {parts[2]}", None)
+        elif parts[0] == "+group" and len(parts) >= 2:
+            # its own groups are named like the parent of a leaf: one placeholder leaf stands for it
+            seen.add(Path(line.rstrip("\n").partition(" ")[2]) / "-")
     except ValueError:
         pass
 

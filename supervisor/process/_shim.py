@@ -18,6 +18,10 @@ spawned is the agent's):
     place: ``cgroup2`` (a fresh mount of the v2 hierarchy: its root is the run's own
     group), ``cgroup`` (the same for the v1 hierarchy of controllers ``OPTIONS``), or
     ``hide`` (nothing).
+``shm=POINT``
+    in the private mount namespace, a fresh tmpfs on ``POINT`` (``/dev/shm``): the run's shared
+    memory is its own, and goes with the namespace when the run's last process exits (never
+    left behind, charged to the host ceiling).  Skipped where ``POINT`` is not a directory.
 ``drop=N,N,...``
     remove these capabilities from the bounding set (and clear the inheritable and
     ambient sets), so that the program, though root, never has them.
@@ -145,6 +149,14 @@ def _view(spec: str) -> None:
         _check(_libc.mount(kind.encode(), target, kind.encode(), flags, data), f"mounting the {kind} view")
 
 
+def _private_tmpfs(point: str) -> None:
+    if not os.path.isdir(point):
+        return
+    flags = _MS_NOSUID | _MS_NODEV
+    result = _libc.mount(b"tmpfs", os.fsencode(point), b"tmpfs", flags, b"mode=1777")
+    _check(result, "mounting a private tmpfs")
+
+
 def _read_only(point: str) -> None:
     target = os.fsencode(point)
     if not os.path.exists(point):
@@ -227,6 +239,8 @@ def main(args: list[str]) -> None:
                 _read_only(value)
             elif key == "view":
                 _view(value)
+            elif key == "shm":
+                _private_tmpfs(value)
             elif key == "drop":
                 _drop(value)
             elif key == "pdeathsig":

@@ -45,6 +45,8 @@ Appetites (the limit tests), at the prompt, before its text and writing nothing 
   every other one is done too or dead (30 s at most each).
 - ``IDLE_ALLOC_MB=n``: once a turn has ended (its result sent), allocate n MiB the same way
   while idle, between turns (capped as ``ALLOC_MB``).
+- ``SHM_MB=n``: write an n MiB file ``/dev/shm/subagents-test-<SHM_NAME>-<pid>`` (at most 1024) and
+  leave it there: shared memory a run leaves behind when it exits.
 - ``FORK_BOMB=n``: a grandchild forks sleeping processes until the kernel refuses a fork (or n
   exist), then sleeps itself; the child streams ``forks refused after K`` (or
   ``no fork refused``) as text.
@@ -683,6 +685,11 @@ def appetites() -> str:
             write_file(os.path.join(folder, f"{os.getpid()}.done"), "")
             done = marks(folder, ".done")
             wait_for(lambda: all(pid in done or not alive(pid) for pid in marks(folder, ".start")))
+    if shm := min(int(env("SHM_MB", "0")), ALLOC_CAP_MB):
+        with open(f"/dev/shm/subagents-test-{env('SHM_NAME')}-{os.getpid()}", "wb") as file:
+            for _ in range(shm):
+                file.write(b"x" * (1 << 20))
+        text += f"wrote {shm} MiB to /dev/shm\n"
     if most := int(env("FORK_BOMB", "0")):
         bomb = subprocess.Popen([sys.executable, "-c", HOG, "fork", str(most)], stdout=subprocess.PIPE)
         assert bomb.stdout is not None
