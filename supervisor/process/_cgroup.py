@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from signal import Signals
 
+from supervisor.process._childpin import ChildPin
 from supervisor.process._confine import is_root, view_steps
 from supervisor.process._escapes import (
     CENSUS,
@@ -327,6 +328,7 @@ class CgroupEnclosure:
         self._namespace: str | None = None  # the run's own cgroup namespace, once seen
         self._escaped: dict[int, int] = {}  # pid -> start time of members found outside the leaf
         self._root: int | None = None
+        self._pin: ChildPin | None = None
         self._released = False
         self._usage: Usage | None = None
         self.below = ""
@@ -380,8 +382,9 @@ class CgroupEnclosure:
         the whole run)."""
         await self.cgroups.watch(lambda: self.signal(signal.SIGKILL))
 
-    def started(self, pid: int) -> None:
+    def started(self, pid: int, pin: ChildPin | None = None) -> None:
         self._root = pid
+        self._pin = pin if pin is not None else ChildPin(pid, open_fd=False)
 
     def program_running(self) -> None:
         """The child wrote its first output: it runs the program, in the run's namespace."""
@@ -429,9 +432,8 @@ class CgroupEnclosure:
     async def _signal_leaf(self, sig: Signals) -> None:
         if sig == signal.SIGKILL and self._kill_all():
             return
-        if self._root is not None:  # the child's own group, whatever the leaf says
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._root, sig)
+        if self._pin is not None:  # the child's own group, whatever the leaf says (while it is)
+            self._pin.signal_group(sig)
         for _ in range(100):  # bounded: only reached without cgroup.kill
             members = self.members()
             await in_slices(members, lambda pid: self._signal_member(pid, sig))
@@ -492,7 +494,8 @@ class CgroupEnclosure:
         if not self._watch or self._namespace is not None:
             return
         ours = own_cgroup_namespace()
-        for pid in (*((self._root,) if self._root is not None else ()), *self.members()):
+        held = self._root is not None and self._pin is not None and self._pin.held()
+        for pid in (*((self._root,) if held and self._root is not None else ()), *self.members()):
             found = cgroup_namespace(pid)
             if found is not None and found != ours and self._holds(pid):
                 self._namespace = found

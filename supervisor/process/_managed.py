@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 
 from machines import TeardownLadder
 from supervisor._public import home
+from supervisor.process._childpin import ChildPin
 from supervisor.process._confine import (
     Confinement,
     is_root,
@@ -221,6 +222,10 @@ class ManagedProcess:
         self._force_kill = False
         self._grace_scope: anyio.CancelScope | None = None
         self._tmpdir: Path | None = None
+        self._pin: ChildPin | None = None
+        self.signalled: signal.Signals | None = None
+        """The last signal the teardown sent while the child had not exited yet, or None: an
+        exit by that signal is the supervisor's doing, not the child's."""
 
     # -- spawn -------------------------------------------------------------------------
 
@@ -274,14 +279,17 @@ class ManagedProcess:
             _release(enclosure, tmpdir)
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
+        # pinned before anything else: every signal to the child or its group goes through it
+        pin = ChildPin(proc.pid)
         ASYNCIO_CHILDREN.add(proc.pid)
-        enclosure.started(proc.pid)
+        enclosure.started(proc.pid, pin)
         # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
         register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
         # optional: an enclosure that wants to look at the program once it runs (its namespace)
         protocol.on_first_output = getattr(enclosure, "program_running", None)
         managed = cls(proc, spec, protocol, enclosure)
         managed._tmpdir = tmpdir
+        managed._pin = pin
         task_group.start_soon(managed._watch_exit, exited)
         task_group.start_soon(enclosure.watch)
         if proc.stderr is not None:
@@ -447,6 +455,8 @@ class ManagedProcess:
         finally:
             tmpdir, self._tmpdir = self._tmpdir, None
             self._enclosure.release()
+            if self._pin is not None:
+                self._pin.close()
             if tmpdir is not None:  # off the loop: the agent may have left a large tree there
                 await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, tmpdir, ignore_errors=True))
 
@@ -475,9 +485,12 @@ class ManagedProcess:
             transport.close()
 
     async def _signal_tree(self, sig: signal.Signals) -> None:
+        # Through the pidfd, never by number: asyncio's child watcher may have reaped the
+        # child already (its report not yet delivered) and the number be a stranger's.
         if self._exit is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(sig)
+            self.signalled = sig
+            if self._pin is not None:
+                self._pin.signal(sig)
         await self._enclosure.signal(sig)
 
     async def _child_gone(self) -> bool:

@@ -48,6 +48,7 @@ from signal import Signals
 import anyio
 import anyio.lowlevel
 
+from supervisor.process._childpin import ChildPin
 from supervisor.process._keeper import keeper_pid
 from supervisor.process._limits import LIMIT_KEYS, NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._pinned import signal_if
@@ -143,6 +144,7 @@ class TreeEnclosure:
         self.run_tag = run_tag
         self._root: int | None = None
         self._root_start: int | None = None
+        self._pin: ChildPin | None = None
         self._since: int | None = None  # when the run started, in clock ticks since boot
         self._known: dict[int, int] = {}  # pid -> start time: attributed at some read
         self._signalled: dict[int, Signals] = {}
@@ -153,9 +155,10 @@ class TreeEnclosure:
     def command(self, argv: Sequence[str]) -> list[str]:
         return list(argv)
 
-    def started(self, pid: int) -> None:
+    def started(self, pid: int, pin: ChildPin | None = None) -> None:
         self._root = pid
-        self._root_start = _start_time(pid)
+        self._pin = pin if pin is not None else ChildPin(pid, open_fd=False)
+        self._root_start = self._pin.start if self._pin.start is not None else _start_time(pid)
         self._since = self._root_start if self._root_start is not None else _now_ticks() - 1
 
     # -- observation -----------------------------------------------------------------
@@ -175,7 +178,7 @@ class TreeEnclosure:
         entries = table.entries
         seeds = [pid for pid, start in self._known.items() if table.same(pid, start)]
         seeds += table.by_tag.get(self.run_tag, ())
-        if root is not None:
+        if root is not None and self._group_is_ours(table):
             seeds += table.by_group.get(root, ())
             if self._root_start is not None and table.same(root, self._root_start):
                 seeds.append(root)
@@ -248,7 +251,22 @@ class TreeEnclosure:
         entry = table.entries[pid]
         if self._known.get(pid) == entry.start or entry.tag == self.run_tag:
             return True
-        return self._root is not None and self._root in (entry.sid, entry.pgrp)
+        return self._root is not None and self._root in (entry.sid, entry.pgrp) and self._group_is_ours(table)
+
+    def _group_is_ours(self, table: Table) -> bool:
+        """Whether the child's group (and session) id still names the run's, at this read and now.
+
+        At the read: no process has the number, or the child itself (pid *and* start time);
+        a process with the number that is not the child means the number was handed out
+        again, and its group and session are a stranger's (see :mod:`._childpin`).
+        """
+        root = self._root
+        if root is None:
+            return False
+        entry = table.entries.get(root)
+        if entry is not None and entry.start != self._root_start:
+            return False
+        return self._pin is None or self._pin.group_is_ours()
 
     async def empty(self) -> bool:
         live, uncertain = await self.look()
@@ -290,14 +308,8 @@ class TreeEnclosure:
             await in_slices(live, lambda pid: self._send(pid, signal.SIGCONT))
 
     def _killpg(self, sig: Signals) -> None:
-        if self._root is None:
-            return
-        try:
-            os.killpg(self._root, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError as exc:  # a foreign group took the id: do not touch it
-            log.debug("killpg(%d) refused: %r", self._root, exc)
+        if self._pin is not None:  # only while the group id is still the child's
+            self._pin.signal_group(sig)
 
     def _send(self, pid: int, sig: Signals) -> None:
         """Signal ``pid`` if it is still the process attributed (pid *and* start time)."""

@@ -1,0 +1,111 @@
+"""A teardown signals only its own run, even once the child's pid names a stranger.
+
+A run's direct child leads a process group (pid = group id).  Once it has exited and been
+reaped, with nothing left in that group, the kernel may give the same number to the next
+process it creates: on a busy machine with ``pid_max`` 32768 that is a matter of seconds.
+A teardown that then sends ``killpg(<old pid>)`` (or a ``kill`` through a stale handle)
+ends a stranger: on the machine where this was found, a *fresh* child of another run,
+in its ``initialize``, which then failed as ``process-exit`` with ``SIGTERM``.
+
+The test makes the kernel hand the child's pid to a stranger on purpose
+(``/proc/sys/kernel/ns_last_pid``, root only), then tears the run down through the
+SIGTERM rung.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import TaskGroup
+
+from machines import AuditTrail, TeardownLadder
+from supervisor.process import Containment, ManagedProcess
+from tests.test_process import spec_for
+
+pytestmark = pytest.mark.anyio
+
+NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
+ATTEMPTS = 300
+
+
+@pytest.fixture
+async def task_group() -> AsyncIterator[TaskGroup]:
+    async with anyio.create_task_group() as tg:
+        yield tg
+        tg.cancel_scope.cancel()
+
+
+# A helper in our own session (so never one of a run's possible orphans) makes the
+# stranger: a sleeper leading a session of its own, born with the pid asked for.  It
+# prints the stranger's pid (or 0), waits for stdin EOF, then ends it.
+HELPER = """
+import os, signal, sys, time
+want = int(sys.argv[1])
+got = 0
+for _ in range(int(sys.argv[2])):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(want - 1))
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.execvp("sleep", ["sleep", "300"])
+    if pid == want:
+        got = pid
+        break
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+time.sleep(0.2)  # past the exec and setsid
+print(got, flush=True)
+sys.stdin.read()
+if got:
+    os.kill(got, signal.SIGKILL)
+    status = os.waitpid(got, 0)[1]
+    print("killed-by-us" if os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9 else f"ended:{status}", flush=True)
+"""
+
+
+def take_pid(pid: int) -> tuple[subprocess.Popen[str], bool]:
+    helper = subprocess.Popen(
+        [sys.executable, "-c", HELPER, str(pid), str(ATTEMPTS)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert helper.stdout is not None
+    return helper, int(helper.stdout.readline()) == pid
+
+
+def release(helper: subprocess.Popen[str]) -> str:
+    """End the stranger; how it had ended: ``killed-by-us`` if it lived until now."""
+    out, _ = helper.communicate("")
+    return out.strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(NS_LAST_PID, os.W_OK), reason="needs root")
+async def test_teardown_spares_a_stranger_with_the_childs_pid(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    proc = await ManagedProcess.spawn(
+        spec_for("setsid-grandchild", cwd=tmp_path, containment=containment), task_group
+    )
+    line = await proc.stdout.readline()
+    assert line.split()[:1] == [b"ready"], line
+    proc.close_stdin()  # the child exits; its grandchild (a session of its own) stays
+    assert await proc.wait_exit() is not None
+    helper, taken = take_pid(proc.pid)
+    try:
+        if not taken:
+            pytest.skip("the machine kept taking the pid first")
+        ladder = TeardownLadder(listeners=[AuditTrail("test")])
+        report = await proc.teardown(ladder, eof_grace=5.0, term_grace=5.0, kill_wait=5.0)
+    finally:
+        fate = release(helper)
+    assert fate == "killed-by-us", f"the stranger with the child's pid was ended by the teardown: {fate}"
+    assert report.quiescent
+    assert report.rung == "term-wait"  # the grandchild needed the SIGTERM rung
