@@ -36,10 +36,10 @@ from supervisor.process._childpin import ChildPin
 from supervisor.process._confine import is_root, view_steps
 from supervisor.process._escapes import (
     CENSUS,
-    cgroup_namespace,
     escape_possible,
     namespace_prefix,
     own_cgroup_namespace,
+    pin_cgroup_namespace,
 )
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
@@ -326,6 +326,7 @@ class CgroupEnclosure:
         self._namespace_prefix = tuple(namespace)
         self._watch = watch_escapes and bool(run_tag)
         self._namespace: str | None = None  # the run's own cgroup namespace, once seen
+        self._namespace_fd: int | None = None  # ... held open, so its number stays the run's
         self._escaped: dict[int, int] = {}  # pid -> start time of members found outside the leaf
         self._root: int | None = None
         self._pin: ChildPin | None = None
@@ -382,9 +383,13 @@ class CgroupEnclosure:
         the whole run)."""
         await self.cgroups.watch(lambda: self.signal(signal.SIGKILL))
 
-    def started(self, pid: int, pin: ChildPin | None = None) -> None:
+    def pinned(self, pin: ChildPin) -> None:
+        """The spawner's pidfd pin of the child (the spawner closes it)."""
+        self._pin = pin
+
+    def started(self, pid: int) -> None:
         self._root = pid
-        self._pin = pin if pin is not None else ChildPin(pid, open_fd=False)
+        self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
 
     def program_running(self) -> None:
         """The child wrote its first output: it runs the program, in the run's namespace."""
@@ -490,16 +495,21 @@ class CgroupEnclosure:
 
     def _note_namespace(self) -> None:
         """Remember the run's cgroup namespace from a live process of the run (once past the
-        shim, the child and every member are in it)."""
-        if not self._watch or self._namespace is not None:
+        shim, the child and every member are in it), and hold it open until the release
+        (see :func:`pin_cgroup_namespace`)."""
+        if not self._watch or self._namespace is not None or self._released:
             return
         ours = own_cgroup_namespace()
         held = self._root is not None and self._pin is not None and self._pin.held()
         for pid in (*((self._root,) if held and self._root is not None else ()), *self.members()):
-            found = cgroup_namespace(pid)
-            if found is not None and found != ours and self._holds(pid):
-                self._namespace = found
+            pinned = pin_cgroup_namespace(pid)
+            if pinned is None:
+                continue
+            found, fd = pinned
+            if found != ours and self._holds(pid):  # still in the leaf once its namespace is held
+                self._namespace, self._namespace_fd = found, fd
                 return
+            os.close(fd)
 
     async def _escapees(self) -> list[int]:
         """Live processes of the run outside the leaf: in its cgroup namespace or carrying its
@@ -555,6 +565,9 @@ class CgroupEnclosure:
         """
         if self._released:
             return
+        fd, self._namespace_fd = self._namespace_fd, None
+        if fd is not None:
+            os.close(fd)
         self._reap_members()
         if self._usage is None:  # the counters go with the leaves
             self._usage = self.cgroups.usage()

@@ -23,7 +23,6 @@ from signal import Signals
 from typing import Protocol
 
 from supervisor.process._cgroup import CgroupContainment, find_cgroup_base
-from supervisor.process._childpin import ChildPin
 from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._tree import ProcessTreeContainment
 
@@ -50,9 +49,8 @@ class Enclosure(Protocol):
         """The argv to spawn so that the child is enclosed before the program runs."""
         ...
 
-    def started(self, pid: int, pin: ChildPin | None = None) -> None:
-        """The direct child is ``pid`` (its process group has the same id), held by ``pin``
-        (the spawner's, closed by the spawner; without one the enclosure pins it itself)."""
+    def started(self, pid: int) -> None:
+        """The direct child is ``pid`` (its process group has the same id)."""
         ...
 
     async def signal(self, sig: Signals) -> None:

@@ -40,6 +40,27 @@ def cgroup_namespace(pid: int | str) -> str | None:
         return None
 
 
+def pin_cgroup_namespace(pid: int) -> tuple[str, int] | None:
+    """A process's cgroup namespace held open: its ``cgroup:[inode]`` and the descriptor, or None.
+
+    Held, because the kernel hands a freed namespace's inode number to the next namespace
+    made (the lowest free one: at once, on a machine starting runs): a run that only
+    remembered the number of its namespace, gone with its last process, would find
+    another run's fresh child "in its namespace", take it for an escapee and end it.
+    While the descriptor is open the namespace, and so its number, stays the run's.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/ns/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        inode = os.fstat(fd).st_ino
+    except OSError:
+        os.close(fd)
+        return None
+    return f"cgroup:[{inode}]", fd
+
+
 @functools.cache
 def own_cgroup_namespace() -> str | None:
     return cgroup_namespace("self")

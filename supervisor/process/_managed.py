@@ -282,7 +282,10 @@ class ManagedProcess:
         # pinned before anything else: every signal to the child or its group goes through it
         pin = ChildPin(proc.pid)
         ASYNCIO_CHILDREN.add(proc.pid)
-        enclosure.started(proc.pid, pin)
+        enclosure.started(proc.pid)
+        pinned = getattr(enclosure, "pinned", None)  # optional: signals by number go through the pin
+        if pinned is not None:
+            pinned(pin)
         # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
         register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
         # optional: an enclosure that wants to look at the program once it runs (its namespace)

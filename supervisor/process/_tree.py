@@ -155,9 +155,13 @@ class TreeEnclosure:
     def command(self, argv: Sequence[str]) -> list[str]:
         return list(argv)
 
-    def started(self, pid: int, pin: ChildPin | None = None) -> None:
+    def pinned(self, pin: ChildPin) -> None:
+        """The spawner's pidfd pin of the child (the spawner closes it)."""
+        self._pin = pin
+
+    def started(self, pid: int) -> None:
         self._root = pid
-        self._pin = pin if pin is not None else ChildPin(pid, open_fd=False)
+        self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
         self._root_start = self._pin.start if self._pin.start is not None else _start_time(pid)
         self._since = self._root_start if self._root_start is not None else _now_ticks() - 1
 

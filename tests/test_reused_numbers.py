@@ -1,4 +1,4 @@
-"""A teardown signals only its own run, even once the child's pid names a stranger.
+"""A teardown signals only its own run, even once a number it knew names a stranger.
 
 A run's direct child leads a process group (pid = group id).  Once it has exited and been
 reaped, with nothing left in that group, the kernel may give the same number to the next
@@ -26,12 +26,19 @@ from anyio.abc import TaskGroup
 
 from machines import AuditTrail, TeardownLadder
 from supervisor.process import Containment, ManagedProcess
+from supervisor.process._escapes import (
+    cgroup_namespace,
+    escape_possible,
+    namespace_prefix,
+    own_cgroup_namespace,
+)
 from tests.test_process import spec_for
 
 pytestmark = pytest.mark.anyio
 
 NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 ATTEMPTS = 300
+NAMESPACES = 200
 
 
 @pytest.fixture
@@ -109,3 +116,48 @@ async def test_teardown_spares_a_stranger_with_the_childs_pid(
     assert fate == "killed-by-us", f"the stranger with the child's pid was ended by the teardown: {fate}"
     assert report.quiescent
     assert report.rung == "term-wait"  # the grandchild needed the SIGTERM rung
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a cgroup namespace per run needs root")
+async def test_teardown_spares_a_stranger_in_a_namespace_with_the_runs_old_number(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment
+) -> None:
+    """The kernel numbers cgroup namespaces with the lowest free inode: once a run's
+    namespace is gone with its last process, the next namespace made (another run's fresh
+    child's) gets the same number.  A teardown still looking for the run's escapees by that
+    number took the stranger for one and ended it."""
+    if containment.mode != "cgroup" or not namespace_prefix() or not escape_possible():
+        pytest.skip("the escapee watch runs in cgroup mode with a namespace per run, without nsdelegate")
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
+    line = await proc.stdout.readline()
+    assert line.split()[:1] == [b"ready"], line
+    number = cgroup_namespace(proc.pid)
+    assert number is not None
+    assert number != own_cgroup_namespace()
+    proc.close_stdin()  # the child exits: nothing of the run is left, its namespace may go
+    assert await proc.wait_exit() is not None
+    # New namespaces, each kept, until one has the run's old number (lower free numbers go
+    # first): the run, while it is not released, must keep its number to itself.
+    strangers: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(NAMESPACES):
+            stranger = subprocess.Popen(
+                [*namespace_prefix(), "sh", "-c", "echo up; exec sleep 300"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+            )
+            strangers.append(stranger)
+            assert stranger.stdout is not None
+            assert await anyio.to_thread.run_sync(stranger.stdout.readline) == b"up\n"  # past the unshare
+            if cgroup_namespace(stranger.pid) == number:
+                break
+        ladder = TeardownLadder(listeners=[AuditTrail("test")])
+        report = await proc.teardown(ladder, eof_grace=5.0, term_grace=5.0, kill_wait=5.0)
+        ended = [s.returncode for s in strangers if s.poll() is not None]
+        assert not ended, f"strangers were ended by the teardown: {ended}"
+        assert report.quiescent
+        assert report.rung == "eof-wait"
+    finally:
+        for stranger in strangers:
+            stranger.kill()
+            stranger.communicate()
