@@ -262,11 +262,6 @@ async def test_the_span_carries_the_workspace(repo: Path) -> None:
     assert found[0]["subagent.workspace.changed"] is True
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: about 1 batch in 12 of six worktree runs loses one run at initialize (its child's stdout "
-    "closes, then the rollback's SIGTERM); not seen without worktrees; cause not found yet",
-)
 def test_a_batch_on_one_repository_gives_each_item_its_own_worktree(repo: Path, tmp_path: Path) -> None:
     from supervisor.providers.acp import EXAMPLE_AGENT
 

@@ -122,6 +122,13 @@ class SpawnSpec:
             raise ValueError("argv must name a program")
 
 
+_PIPE_FACTS = {0: "stdin-closed", 1: "stdout-eof", 2: "stderr-eof"}
+LOST_FACTS = ("eof-sent", "stdin-closed", "stdin-broken", "stdout-eof", "stderr-eof", "exited")
+"""What :attr:`ManagedProcess.lost_facts` may name: the supervisor closing the child's stdin
+(``eof-sent``), a pipe of the child that ended (``stdin-broken``: a write found the child's
+end closed), and the child's exit."""
+
+
 class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """asyncio's stream protocol plus what the supervisor needs from the pipe layer.
 
@@ -146,6 +153,8 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.stdout_ended = False
         self.stdout_closed = anyio.Event()
         self.stdout_chunks = 0
+        # What the pipe layer saw end, in order (closed names, see ``LOST_FACTS``).
+        self.lost: list[str] = []
         # Called once, at the child's first output: the program itself runs (past any shim).
         self.on_first_output: Callable[[], None] | None = None
 
@@ -186,12 +195,15 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         return None
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd in _PIPE_FACTS:
+            self.lost.append(_PIPE_FACTS[fd] if exc is None or fd != 0 else "stdin-broken")
         if fd == 1:
             self.stdout_ended = True
             self.stdout_closed.set()
         super().pipe_connection_lost(fd, exc)  # a second feed_eof after a cut is harmless
 
     def process_exited(self) -> None:
+        self.lost.append("exited")
         super().process_exited()
         self._exited.set()
 
@@ -358,6 +370,12 @@ class ManagedProcess:
         return self._protocol.stdout_ended
 
     @property
+    def lost_facts(self) -> tuple[str, ...]:
+        """What ended so far, in the order this process saw it (names from :data:`LOST_FACTS`):
+        which came first says whether the child chose to go (``exited``) or its pipes did."""
+        return tuple(self._protocol.lost)
+
+    @property
     def frame_too_large(self) -> bool:
         """Whether stdout ended because one line exceeded ``max_frame_bytes``."""
         return self._protocol.frame_too_large
@@ -400,6 +418,7 @@ class ManagedProcess:
         """Send EOF.  A child that already closed its end is not an error."""
         stdin = self._proc.stdin
         if stdin is not None and not stdin.is_closing():
+            self._protocol.lost.append("eof-sent")
             with contextlib.suppress(OSError, RuntimeError):
                 stdin.close()
 

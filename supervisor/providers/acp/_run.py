@@ -34,6 +34,7 @@ from supervisor.process import (
     ExitFacts,
     TeardownReport,
 )
+from supervisor.process._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._untraced import import_acp_untraced
 from supervisor.wire import CappedText, client_version
@@ -173,7 +174,9 @@ class AcpRun(ProviderRun[Config]):
         if self._protocol_fault() or isinstance(exc, ValidationError):
             return self.failure("protocol")
         exit_facts = await self._exit_within_grace()
-        if exit_facts is not None:
+        assert self.process is not None
+        note_lost_child(self.id, self.stage, self.process, exc, exit_facts)
+        if exit_facts is not None and not caused_by_teardown(self.process, exit_facts):
             return self.failure("process-exit", exit_code=exit_facts.exit_code, signal=exit_facts.signal)
         return self.failure("transport")
 
