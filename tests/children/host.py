@@ -38,6 +38,8 @@ async def main(pid_file: Path, subreaper: bool, containment: str, grandchild: st
         stderr=StderrMode.DISCARD,
         subreaper=subreaper,
         containment=containment,  # type: ignore[arg-type]
+        # ``unshare --pid`` needs CAP_SYS_ADMIN, which a root supervisor's child no longer has
+        keep_capabilities=["sys_admin"] if grandchild == "pid-namespace" else [],
     )
     run = acp.Provider(config).create_run(SubagentRequest(task="wait", parent_cwd=Path.cwd()))
     async with anyio.create_task_group() as tg:

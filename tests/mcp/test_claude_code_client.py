@@ -197,9 +197,7 @@ def test_print_mode_a_long_silent_turn_outlives_the_clients_silence_limit(
     alive, where one message per stage let the CLI abort it."""
     config = acp_config(tmp_path / "c.toml", TEXT="before after", SLOW_MS="40000")
     mock_model.script(ToolCall(TOOL.format("run_subagent"), {"task": "t"}), echo("subagent said: "))
-    printed = print_mode(
-        home, mock_model, "--config", str(config), CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT="5000"
-    )
+    printed = print_mode(home, mock_model, "--config", str(config), CLAUDE_CODE_MCP_TOOL_IDLE_TIMEOUT="5000")
     assert latest_tool_result(mock_model.model_requests[-1]) == "before after"
     assert printed.startswith("subagent said: before after")
 

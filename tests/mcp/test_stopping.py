@@ -95,7 +95,9 @@ class Server:
         )
         while True:
             frame = self.receive()
-            if frame.get("method") == "notifications/progress" and frame["params"].get("message", "").startswith("prompt · "):
+            if frame.get("method") == "notifications/progress" and frame["params"].get(
+                "message", ""
+            ).startswith("prompt · "):
                 return
 
     def host_group(self) -> Path | None:
