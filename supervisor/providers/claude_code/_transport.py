@@ -103,7 +103,18 @@ class SupervisedTransport(Transport):
         self.spawned.set()
 
     async def write(self, data: str) -> None:
-        await self._write(data)
+        if '"control_response"' in data:
+            # The SDK answers the CLI's control requests (a permission decision, ...) from a
+            # task of its own that nobody awaits: a CLI whose stdin is already gone must not
+            # make that an exception nobody retrieves.  The run learns of the broken pipe
+            # from the CLI's exit and its stdout, as for any other write.
+            try:
+                await self._write(data)
+            except CLIConnectionError:
+                log.debug("a control response was not written: the Claude Code CLI's stdin is gone")
+                return
+        else:
+            await self._write(data)
         if self._inbound.open > 0 and '"control_response"' in data:
             try:
                 answered = json.loads(data).get("type") == "control_response"
