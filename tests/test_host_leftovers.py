@@ -153,7 +153,6 @@ def test_mcp_with_a_ceiling_killed_before_its_first_run_leaves_no_host_group(
                 stream.close()
 
 
-
 def shm_files(tag: str) -> list[str]:
     return sorted(name for name in os.listdir("/dev/shm") if name.startswith(f"subagents-test-{tag}"))
 

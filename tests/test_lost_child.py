@@ -39,7 +39,10 @@ async def test_a_start_whose_child_is_killed_names_the_facts_it_saw(
         async with registry.run("acp", SubagentRequest(task="t", parent_cwd=tmp_path)):
             pytest.fail("must not publish")
     # someone else's SIGTERM (here the child's own): the cause, reported as such
-    assert str(info.value) == "Subagent failure (provider: ACP; stage: initialize; category: process-exit; signal: SIGTERM)"
+    assert (
+        str(info.value)
+        == "Subagent failure (provider: ACP; stage: initialize; category: process-exit; signal: SIGTERM)"
+    )
     lines = [r.getMessage() for r in caplog.records if "lost its child in initialize" in r.getMessage()]
     assert len(lines) == 1, lines
     first = lines[0].split("first saw ", 1)[1].split(" ", 1)[0]
@@ -51,7 +54,9 @@ async def test_a_start_whose_child_is_killed_names_the_facts_it_saw(
 async def test_an_exit_by_the_teardowns_own_signal_is_known_as_such(
     tmp_path: Path, task_group: TaskGroup, containment: Containment
 ) -> None:
-    proc = await ManagedProcess.spawn(spec_for("ignore-eof", cwd=tmp_path, containment=containment), task_group)
+    proc = await ManagedProcess.spawn(
+        spec_for("ignore-eof", cwd=tmp_path, containment=containment), task_group
+    )
     assert (await proc.stdout.readline()).startswith(b"ready")
     assert not caused_by_teardown(proc, proc.exit_facts)
     report = await proc.teardown(

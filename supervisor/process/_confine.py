@@ -238,14 +238,14 @@ def is_root() -> bool:
     child must be made not to be.  A root supervisor that is itself a run's child (a root
     child: its bounding set has no ``CAP_SYS_ADMIN``) can neither make the namespaces and
     mounts of a root child's view nor needs to: it starts its children as a non-root one does."""
-    return os.geteuid() == 0 and _has_sys_admin()
+    return os.geteuid() == 0 and has_sys_admin()
 
 
 _CAP_SYS_ADMIN = 21
 
 
 @functools.cache
-def _has_sys_admin() -> bool:
+def has_sys_admin() -> bool:
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as status:
             for line in status:

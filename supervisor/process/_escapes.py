@@ -26,10 +26,9 @@ import os
 import shutil
 import subprocess
 
+from supervisor.process._confine import has_sys_admin
 from supervisor.process._fresh import FreshReads
 from supervisor.process._keeper_main import all_pids
-
-_CAP_SYS_ADMIN = 21
 
 
 def cgroup_namespace(pid: int | str) -> str | None:
@@ -66,17 +65,6 @@ def own_cgroup_namespace() -> str | None:
     return cgroup_namespace("self")
 
 
-def _has_cap_sys_admin() -> bool:
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
 @functools.cache
 def namespace_prefix() -> tuple[str, ...]:
     """``unshare --cgroup --`` to put between the shim and the program, or ``()`` where a
@@ -85,7 +73,7 @@ def namespace_prefix() -> tuple[str, ...]:
     Call it off the event loop the first time: the trial is a short-lived process.
     """
     unshare = shutil.which("unshare")
-    if unshare is None or not _has_cap_sys_admin():
+    if unshare is None or not has_sys_admin():
         return ()
     try:
         tried = subprocess.run(
