@@ -365,6 +365,35 @@ def test_two_batches_journal_every_run_to_one_file(tmp_path: Path) -> None:
     assert {(r.state, r.stop_reason) for r in records} == {("ended", "completed")}
 
 
+def test_a_journal_another_process_creates_meanwhile_is_not_taken_for_a_foreign_file(tmp_path: Path) -> None:
+    """Two supervising processes open one new journal at once: the second looks at the file
+    while the first creates its tables.  Whatever it reads must be one snapshot (read one
+    PRAGMA at a time, it saw an application id still 0 and then the first one's tables, and
+    refused the journal as another program's: its runs went unjournaled)."""
+    path = tmp_path / "j.db"
+    sqlite3.connect(path).close()  # an empty file, as the first process's open leaves it
+    creator = sqlite3.connect(path, isolation_level=None)
+
+    class Interleaved(sqlite3.Connection):
+        """The other process's whole creation commits between our statements, if we make
+        more than one."""
+
+        statements = 0
+
+        def execute(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+            if Interleaved.statements == 1:
+                _schema.prepare(creator)
+            Interleaved.statements += 1
+            return super().execute(*args, **kwargs)
+
+    looker = sqlite3.connect(path, isolation_level=None, factory=Interleaved)
+    try:
+        _schema.check_ours(looker)  # no SchemaProblem
+    finally:
+        looker.close()
+        creator.close()
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

@@ -94,9 +94,7 @@ def prepare(connection: sqlite3.Connection) -> None:
     """
     connection.execute("BEGIN IMMEDIATE")
     try:
-        application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-        version = connection.execute("PRAGMA user_version").fetchone()[0]
-        tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        application_id, version, tables = _header(connection)
         if application_id != APPLICATION_ID and (application_id != 0 or tables or version):
             raise SchemaProblem("not a subagents journal (another program's SQLite file)")
         if version > VERSION:
@@ -116,21 +114,33 @@ def prepare(connection: sqlite3.Connection) -> None:
         raise
 
 
+_HEADER = (
+    "SELECT (SELECT application_id FROM pragma_application_id),"
+    " (SELECT user_version FROM pragma_user_version),"
+    " (SELECT count(*) FROM sqlite_master)"
+)
+"""The file's identity, version and table count read in one statement: one snapshot.  Read
+one by one, another process creating the journal in between (its tables committed after
+our read of an application id still 0) made a new journal look like another program's."""
+
+
+def _header(connection: sqlite3.Connection) -> tuple[int, int, int]:
+    application_id, version, tables = connection.execute(_HEADER).fetchone()
+    return int(application_id), int(version), int(tables)
+
+
 def check_ours(connection: sqlite3.Connection) -> None:
     """Refuse a SQLite file of another program before anything is written to it."""
-    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    application_id, version, tables = _header(connection)
     if application_id == APPLICATION_ID:
         return
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
-    tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if application_id != 0 or tables or version:
         raise SchemaProblem("not a subagents journal (another program's SQLite file)")
 
 
 def check_readable(connection: sqlite3.Connection) -> None:
     """The reader's check: a journal of a version this one can read (no write lock taken)."""
-    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    application_id, version, _tables = _header(connection)
     if application_id != APPLICATION_ID:
         raise SchemaProblem("not a subagents journal (another program's SQLite file)")
     if version > VERSION:
