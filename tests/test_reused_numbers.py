@@ -67,7 +67,17 @@ for _ in range(int(sys.argv[2])):
         break
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-time.sleep(0.2)  # past the exec and setsid
+# Past the setsid and the exec (observed, not waited out): the stranger leads its own
+# session and runs sleep, so a signal to its group or to it is a signal to the stranger.
+deadline = time.monotonic() + 60
+while got and time.monotonic() < deadline:
+    try:
+        with open(f"/proc/{got}/comm") as comm:
+            if os.getsid(got) == got and comm.read().strip() == "sleep":
+                break
+    except OSError:
+        break
+    time.sleep(0.01)
 print(got, flush=True)
 sys.stdin.read()
 if got:
