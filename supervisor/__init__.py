@@ -22,11 +22,6 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from machines import Transition as Transition
     from machines import TransitionSink as TransitionSink
     from supervisor._abort import AbortSignal as AbortSignal
-    from supervisor._consumers import JobOutcome as JobOutcome
-    from supervisor._consumers import JobStatus as JobStatus
-    from supervisor._consumers import foreground_text as foreground_text
-    from supervisor._consumers import job_outcome as job_outcome
-    from supervisor._consumers import settle_job as settle_job
     from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
     from supervisor._errors import ConfigurationError as ConfigurationError
     from supervisor._errors import ConversationEnd as ConversationEnd
@@ -43,7 +38,6 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._errors import UnsupportedCapability as UnsupportedCapability
     from supervisor._handle import Provider as Provider
     from supervisor._handle import Run as Run
-    from supervisor._host_limits import set_host_ceiling as set_host_ceiling
     from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
     from supervisor._kinds import InstalledKind as InstalledKind
     from supervisor._kinds import create_provider as create_provider
@@ -57,16 +51,22 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._seam import SubagentRequest as SubagentRequest
     from supervisor._seam import SubagentResult as SubagentResult
     from supervisor._seam import Usage as Usage
-    from supervisor._sequence import RunOutcome as RunOutcome
-    from supervisor._sequence import supervise as supervise
     from supervisor.batching._jobs import BatchError as BatchError
     from supervisor.batching._jobs import BatchItem as BatchItem
     from supervisor.batching._jobs import BatchRecord as BatchRecord
     from supervisor.batching._jobs import BatchTurn as BatchTurn
     from supervisor.batching._local import batch as batch
+    from supervisor.fronts._consumers import JobOutcome as JobOutcome
+    from supervisor.fronts._consumers import JobStatus as JobStatus
+    from supervisor.fronts._consumers import foreground_text as foreground_text
+    from supervisor.fronts._consumers import job_outcome as job_outcome
+    from supervisor.fronts._consumers import settle_job as settle_job
+    from supervisor.fronts._sequence import RunOutcome as RunOutcome
+    from supervisor.fronts._sequence import supervise as supervise
     from supervisor.journal import Journal as Journal
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
+    from supervisor.process._host_limits import set_host_ceiling as set_host_ceiling
     from supervisor.run._progress import Progress as Progress
     from supervisor.run._progress import ProgressCounts as ProgressCounts
     from supervisor.run._progress import progress_line as progress_line
@@ -80,11 +80,11 @@ _ORIGINS: dict[str, str] = {
     "Transition": "machines",
     "TransitionSink": "machines",
     "AbortSignal": "supervisor._abort",
-    "JobOutcome": "supervisor._consumers",
-    "JobStatus": "supervisor._consumers",
-    "foreground_text": "supervisor._consumers",
-    "job_outcome": "supervisor._consumers",
-    "settle_job": "supervisor._consumers",
+    "JobOutcome": "supervisor.fronts._consumers",
+    "JobStatus": "supervisor.fronts._consumers",
+    "foreground_text": "supervisor.fronts._consumers",
+    "job_outcome": "supervisor.fronts._consumers",
+    "settle_job": "supervisor.fronts._consumers",
     "MAX_DIAGNOSTIC_BYTES": "supervisor._diagnostic",
     "ConfigurationError": "supervisor._errors",
     "DuplicateProvider": "supervisor._errors",
@@ -100,7 +100,7 @@ _ORIGINS: dict[str, str] = {
     "ConversationOver": "supervisor._errors",
     "ConversationEnd": "supervisor._errors",
     "Run": "supervisor._handle",
-    "set_host_ceiling": "supervisor._host_limits",
+    "set_host_ceiling": "supervisor.process._host_limits",
     "PROVIDERS_GROUP": "supervisor._kinds",
     "InstalledKind": "supervisor._kinds",
     "create_provider": "supervisor._kinds",
@@ -120,8 +120,8 @@ _ORIGINS: dict[str, str] = {
     "Progress": "supervisor.run._progress",
     "ProgressCounts": "supervisor.run._progress",
     "progress_line": "supervisor.run._progress",
-    "RunOutcome": "supervisor._sequence",
-    "supervise": "supervisor._sequence",
+    "RunOutcome": "supervisor.fronts._sequence",
+    "supervise": "supervisor.fronts._sequence",
     "BatchError": "supervisor.batching._jobs",
     "BatchItem": "supervisor.batching._jobs",
     "BatchRecord": "supervisor.batching._jobs",
@@ -220,7 +220,7 @@ def __getattr__(name: str) -> Any:
         return value
     if name in _MOVED_TO_PROVIDER:
         from supervisor import provider
-        from supervisor._deprecated import moved_to_provider
+        from supervisor.run._deprecated import moved_to_provider
 
         moved_to_provider(name)
         return getattr(provider, name)

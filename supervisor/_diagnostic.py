@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from machines import Vocabulary
 from supervisor._public import home
-from supervisor._text import cap_text
+from supervisor.common._text import cap_text
 
 MAX_DIAGNOSTIC_BYTES = 4096
 TRUNCATION_SUFFIX = "\n[diagnostic truncated]"

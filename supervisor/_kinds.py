@@ -29,11 +29,11 @@ from machines import Lifecycle, Vocabulary
 from supervisor._config import ProviderConfig
 from supervisor._errors import NoProvider, ProviderUnusable
 from supervisor._handle import Provider
-from supervisor._logging import raw_failure
 from supervisor._public import home
 from supervisor._seam import NO_CAPABILITIES, Capabilities
 from supervisor._unusable import distribution_text, unusable
 from supervisor._version import DISTRIBUTION
+from supervisor.common._logging import raw_failure
 
 log = logging.getLogger("supervisor")
 

@@ -25,14 +25,14 @@ from supervisor._errors import (
 )
 from supervisor._handle import Provider, Run
 from supervisor._public import home
-from supervisor._resume import check_plan, not_resumable
 from supervisor._seam import SessionPlan, SubagentRequest
 from supervisor._unusable import distribution_of, unusable
 from supervisor.journal import Journal
 from supervisor.journal import _switch as _journal
+from supervisor.run._resume import check_plan, not_resumable
 
 if TYPE_CHECKING:
-    from supervisor._warm import WarmKey, WarmPool
+    from supervisor.run._warm import WarmKey, WarmPool
 
 log = logging.getLogger("supervisor")
 
@@ -181,7 +181,7 @@ class Registry:
         unknown provider, a cwd that is not a directory) raises before anything spawns;
         a child that fails to start raises its ``StartFailed``.
         """
-        from supervisor._warm import WarmKey, WarmPool, _digest, check_count, check_cwd, warm_config
+        from supervisor.run._warm import WarmKey, WarmPool, _digest, check_count, check_cwd, warm_config
 
         provider = self.get(name)
         config = warm_config(provider)
@@ -201,7 +201,7 @@ class Registry:
     def warm_target(self, name: str, cwd: str | os.PathLike[str] | None = None) -> int:
         """How many warm children ``prestart`` keeps for provider ``name`` in ``cwd`` now
         (0 for a provider that cannot be prestarted)."""
-        from supervisor._warm import WarmKey, _digest, check_cwd, warm_config
+        from supervisor.run._warm import WarmKey, _digest, check_cwd, warm_config
 
         config = warm_config(self.get(name))
         if config is None or self._warm is None:
@@ -242,7 +242,7 @@ class Registry:
             return None
         if session is not None and (session != SessionPlan(keep=True)):
             return None  # a run id or a session to resume: always a fresh child
-        from supervisor._warm import warm_config, warm_key
+        from supervisor.run._warm import warm_config, warm_key
 
         config = warm_config(self.get(name))
         if config is None:

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator
 
-from supervisor._clean import clean_text
 from supervisor._diagnostic import bound_diagnostic
 from supervisor._public import home
+from supervisor.common._clean import clean_text
 
 
 class StopReason(enum.StrEnum):

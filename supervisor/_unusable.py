@@ -13,7 +13,7 @@ import logging
 from importlib.metadata import Distribution, distribution, packages_distributions
 
 from supervisor._errors import ProviderUnusable
-from supervisor._logging import raw_failure
+from supervisor.common._logging import raw_failure
 
 log = logging.getLogger("supervisor")
 

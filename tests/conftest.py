@@ -33,7 +33,6 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from supervisor import Run
-from supervisor._run import ProviderRun
 from supervisor.process import (
     CgroupContainment,
     Containment,
@@ -48,6 +47,7 @@ from supervisor.process import (
     subreaper_enabled,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
+from supervisor.run._engine import ProviderRun
 from tests.support.pidfd import pidfds
 from tests.support.pidfd import wait_gone as wait_exited
 

@@ -24,8 +24,8 @@ import pytest
 
 import tests.reliability  # noqa: F401  (first: it has the shared oracles' asserts rewritten)
 from supervisor import Registry, StartFailed, StopReason, SubagentRequest, SubagentResult
-from supervisor._host_limits import host_limit_lines
 from supervisor.process import HOST_TAG_VARIABLE, detect_containment, host_is_alive, limit_support
+from supervisor.process._host_limits import host_limit_lines
 from supervisor.process._keeper import KEEPER_PROGRAM
 from supervisor.process._keeper_main import start_time
 from supervisor.providers import acp

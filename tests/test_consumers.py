@@ -15,7 +15,7 @@ from supervisor import (
     job_outcome,
     settle_job,
 )
-from supervisor._consumers import start_failure_outcome
+from supervisor.fronts._consumers import start_failure_outcome
 
 pytestmark = pytest.mark.anyio
 

@@ -191,7 +191,7 @@ def test_the_sdk_keeps_its_own_logging_outside_a_run() -> None:
     """The stand-in routes only our connections' records; other users of the SDK are untouched."""
     import acp.connection
 
-    from supervisor import _sdk_logging
+    from supervisor.common import _sdk_logging
     from supervisor.providers.acp._run import ACP_SDK_MODULES
 
     _sdk_logging.install(ACP_SDK_MODULES, "logging")

@@ -262,7 +262,7 @@ def test_a_run_class_without_hooks_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_migration_note_lists_every_old_hook_and_its_removal() -> None:
-    from supervisor._deprecated import OLD_HOOKS, REMOVED_IN
+    from supervisor.run._deprecated import OLD_HOOKS, REMOVED_IN
 
     note = (Path(__file__).resolve().parent.parent / "docs" / "migration.md").read_text()
     for old, new in OLD_HOOKS.items():

@@ -59,7 +59,6 @@ from supervisor import (
     SubagentResult,
     TurnInProgress,
 )
-from supervisor._run import ProviderRun
 from supervisor.process import (
     RUN_TAG_VARIABLE,
     ContainmentMode,
@@ -72,6 +71,7 @@ from supervisor.process import (
     containment_for,
     set_subreaper,
 )
+from supervisor.run._engine import ProviderRun
 from tests.conftest import CHILDREN, PYTHON, internals, tagged
 from tests.support.reliability import assert_audit_consistent
 from tests.support.scripted import scripted

@@ -3,7 +3,7 @@
 A :class:`BatchJob` is an item already checked (its provider and request), and
 :func:`run_job` turns it into one :class:`BatchRecord` through the one start -> result ->
 dispose sequence every front-end shares (:func:`~supervisor.supervise`), or, for an item
-that carries ``turns``, its conversation form (``supervisor._turns.converse``).  The same
+that carries ``turns``, its conversation form (``supervisor.fronts._turns.converse``).  The same
 function runs in this process (the local engine, ``_local``) and inside a Ray task on a
 worker node (``_ray``), so both modes produce the same record under the same
 containment.  Both engines import this module; neither imports the other's body.
@@ -24,14 +24,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from supervisor._abort import AbortSignal
-from supervisor._clean import clean_text
 from supervisor._diagnostic import bound_diagnostic, join_lines
 from supervisor._errors import SubagentError
 from supervisor._handle import Provider, Run
 from supervisor._public import home
 from supervisor._registry import Registry, journaled_run
 from supervisor._seam import Resources, StopReason, SubagentRequest, SubagentResult, Usage
-from supervisor._sequence import RunOutcome, supervise
+from supervisor.common._clean import clean_text
+from supervisor.fronts._sequence import RunOutcome, supervise
 from supervisor.process import CwdError, check_directory
 from supervisor.workspace import Workspace
 
@@ -355,7 +355,7 @@ async def _converse(
     a last turn that completed but whose tree could not be proven gone is ``error``, as in
     a one-shot record.
     """
-    from supervisor._turns import converse  # the conversation sequence: only for such items
+    from supervisor.fronts._turns import converse  # the conversation sequence: only for such items
 
     pending = iter(tasks)
 

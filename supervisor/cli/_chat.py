@@ -1,7 +1,7 @@
 """``subagents chat``: one supervised child, one conversation, one task per line of stdin.
 
 The first non-blank line starts the child (turn 1 is that line, its start included); every
-later line is the next turn on the same agent session (``supervisor._turns.converse``).
+later line is the next turn on the same agent session (``supervisor.fronts._turns.converse``).
 Each answer goes to stdout as its turn ends; stage progress, cancellation lines and a
 failed turn's diagnostic go to stderr, as for ``run``.  On a terminal a prompt (``> ``,
 on stderr) asks for each line.  End of input ends the conversation; the tree is taken
@@ -48,13 +48,10 @@ import anyio.abc
 from machines import Transition
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
-from supervisor._consumers import headline
 from supervisor._errors import ConversationOver, StartAborted
 from supervisor._handle import Run
 from supervisor._registry import Registry, build_run, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, SubagentResult
-from supervisor._sequence import RunOutcome, lifetime
-from supervisor._turns import ConversationOutcome, converse
 from supervisor.cli._run import _Plan, _Progress, _spawn_failure, plan, run_document
 from supervisor.cli._usage import (
     EXIT_FAILED,
@@ -68,6 +65,9 @@ from supervisor.cli._usage import (
     configure_logging,
     write_stdout,
 )
+from supervisor.fronts._consumers import headline
+from supervisor.fronts._sequence import RunOutcome, lifetime
+from supervisor.fronts._turns import ConversationOutcome, converse
 from supervisor.journal._resume import ResumePlan, plan_resume
 
 PROMPT = "> "

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from supervisor._config import CommandConfig, ProviderConfig
 from supervisor._errors import ConfigurationError
 from supervisor._handle import Provider
-from supervisor._host_limits import set_host_ceiling
 from supervisor._kinds import example_kind, installed_kinds, kind
 from supervisor._registry import Registry
 from supervisor.cli._journal import check_keys as check_journal_keys
@@ -25,6 +24,7 @@ from supervisor.cli._numbers import is_ascii_integer
 from supervisor.cli._usage import ConfigError as ConfigError
 from supervisor.cli._usage import add_ceiling_arguments as add_ceiling_arguments
 from supervisor.process import ContainmentMode
+from supervisor.process._host_limits import set_host_ceiling
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

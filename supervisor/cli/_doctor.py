@@ -1,7 +1,7 @@
 """``subagents doctor``: what this machine and this install can do, one line per fact.
 
 The lines: the containment available (and why cgroup mode is not), the limits this
-host can enforce and how (``supervisor._host_limits``), ``confine`` (the Landlock ABI, or
+host can enforce and how (``supervisor.process._host_limits``), ``confine`` (the Landlock ABI, or
 why not) and what a root child keeps, the kernel,
 Python, which package the import name ``supervisor`` is, the child subreaper, one
 line per installed provider kind (its own readiness check), and a real run of the
@@ -22,13 +22,13 @@ from types import ModuleType
 import anyio
 
 import supervisor
-from supervisor._host_limits import host_limit_lines
 from supervisor._kinds import PROVIDERS_GROUP, example_config, example_kind, loaded_kinds
 from supervisor._registry import build_run
 from supervisor._seam import StopReason, SubagentRequest
-from supervisor._sequence import supervise
 from supervisor._version import DISTRIBUTION, package_version
+from supervisor.fronts._sequence import supervise
 from supervisor.process import confinement_lines, detect_containment
+from supervisor.process._host_limits import host_limit_lines
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37

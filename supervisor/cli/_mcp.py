@@ -77,7 +77,7 @@ class _StopRequested:
 def _check_warm(registry: Any, name: str, count: int, cwd: Path) -> None:
     """``--warm N`` that could never be kept is a configuration error before serving."""
     from supervisor._errors import InvalidRequest
-    from supervisor._warm import check_count, check_cwd, warm_config
+    from supervisor.run._warm import check_count, check_cwd, warm_config
 
     config = warm_config(registry.get(name))
     if config is None:

@@ -22,12 +22,10 @@ from machines import Transition
 from supervisor import telemetry
 from supervisor._abort import AbortSignal
 from supervisor._config import MAX_TIMER_MS
-from supervisor._consumers import headline
 from supervisor._errors import StartAborted
 from supervisor._handle import Run
 from supervisor._registry import Registry, journaled_run
 from supervisor._seam import StopReason, SubagentRequest, Usage
-from supervisor._sequence import RunOutcome, supervise
 from supervisor.cli._config_file import Entry, load_file
 from supervisor.cli._numbers import ascii_integer, ascii_number, is_ascii_integer
 from supervisor.cli._usage import (
@@ -42,6 +40,8 @@ from supervisor.cli._usage import (
     configure_logging,
     write_stdout,
 )
+from supervisor.fronts._consumers import headline
+from supervisor.fronts._sequence import RunOutcome, supervise
 from supervisor.process import (
     CwdError,
     EnclosureFailed,

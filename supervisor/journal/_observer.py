@@ -1,6 +1,6 @@
 """What the engine calls as a run goes: one :class:`RunJournal` per journaled run.
 
-The engine (``supervisor._run``) holds one object with six hooks and calls each where the
+The engine (``supervisor.run._engine``) holds one object with six hooks and calls each where the
 fact happens: ``begin`` (the start begins), ``published``, ``settled`` (each turn),
 ``next_turn``, ``start_failed`` and ``end`` (disposed); ``sink`` wraps the audit trail's
 sink so every transition is a row as it happens.  A run that is not journaled gets
@@ -24,7 +24,7 @@ import psutil
 
 from machines import Transition, TransitionSink
 from supervisor._config import config_digest
-from supervisor._text import cap_text
+from supervisor.common._text import cap_text
 from supervisor.journal._store import Journal
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ from anyio.abc import TaskGroup
 
 from machines import IDLE, CommonEvent, Transition
 from supervisor._abort import AbortSignal
-from supervisor._consumers import foreground_text
 from supervisor._errors import (
     ConversationOver,
     InvalidRequest,
@@ -42,7 +41,8 @@ from supervisor._errors import (
 from supervisor._handle import Run
 from supervisor._registry import Registry
 from supervisor._seam import Resources, SessionPlan, StopReason, SubagentRequest, SubagentResult, Usage
-from supervisor._sequence import RunOutcome, supervise
+from supervisor.fronts._consumers import foreground_text
+from supervisor.fronts._sequence import RunOutcome, supervise
 from supervisor.process import PinnedDirectory, pinned
 from supervisor.workspace import Workspace
 

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from supervisor._clean import clean_text
+from supervisor.common._clean import clean_text
 
 # An escape of a surrogate, high or low (a pair is harmless but rare enough to re-encode too).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")

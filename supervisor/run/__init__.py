@@ -1,4 +1,4 @@
-"""The engine's composed parts under the authors' base run (:mod:`supervisor._run`).
+"""The engine's composed parts under the authors' base run (:mod:`supervisor.run._engine`).
 
 Each part is a module of its own with one job; the base run calls each through one
 narrow seam.  Nothing here is public by its own path: callers import from

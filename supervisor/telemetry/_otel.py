@@ -30,10 +30,10 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from machines import CommonEvent, Transition, TransitionSink
-from supervisor._clean import clean_text
 from supervisor._errors import ConfigurationError, StartAborted, StartFailed, TeardownFailed
 from supervisor._seam import StopReason, SubagentResult
 from supervisor._version import package_version
+from supervisor.common._clean import clean_text
 from supervisor.telemetry._facts import RunFacts, transition_attributes
 
 INSTRUMENTATION_NAME = "subagent-supervisor"

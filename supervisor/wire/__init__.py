@@ -6,12 +6,12 @@ the process layer: :class:`supervisor.process.LineReader`.)"""
 
 from __future__ import annotations
 
-from supervisor._clean import clean_text as clean_text
-from supervisor._text import TRUNCATED_MARK as TRUNCATED_MARK
-from supervisor._text import CappedText as CappedText
-from supervisor._text import cap_text as cap_text
-from supervisor._text import utf8_prefix as utf8_prefix
 from supervisor._version import package_version as client_version
+from supervisor.common._clean import clean_text as clean_text
+from supervisor.common._text import TRUNCATED_MARK as TRUNCATED_MARK
+from supervisor.common._text import CappedText as CappedText
+from supervisor.common._text import cap_text as cap_text
+from supervisor.common._text import utf8_prefix as utf8_prefix
 from supervisor.wire._frames import MAX_FRAME_DEPTH as MAX_FRAME_DEPTH
 from supervisor.wire._frames import FrameTooDeep as FrameTooDeep
 from supervisor.wire._frames import decode_frame as decode_frame

@@ -17,8 +17,8 @@ from machines import SETTLED, TransitionSink, Vocabulary, build_lifecycle, commo
 from supervisor import Capabilities, SessionPlan, StopReason, SubagentRequest, SubagentResult
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts
-from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor.process import Containment, LineReader
+from supervisor.run._engine import ProviderRun, RunContext, StepFailed
 from tests.conftest import CHILDREN, PYTHON
 
 

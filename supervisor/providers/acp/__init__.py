@@ -12,10 +12,10 @@ from pathlib import Path
 from machines import TransitionSink
 from machines.acp import ACP_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
-from supervisor._run import RunContext
 from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._run import AcpRun
+from supervisor.run._engine import RunContext
 
 EXAMPLE_AGENT = Path(__file__).resolve().parent / "_example_agent.py"
 CAPABILITIES = Capabilities(conversation=True, resume=True)

@@ -25,11 +25,9 @@ from pydantic import ValidationError
 
 from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
-from supervisor._logging import raw_failure
-from supervisor._resume import NotResumable
-from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
-from supervisor._waits import first_of
+from supervisor.common._logging import raw_failure
+from supervisor.common._waits import first_of
 from supervisor.process import (
     ExitFacts,
     TeardownReport,
@@ -37,6 +35,8 @@ from supervisor.process import (
 from supervisor.process._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._untraced import import_acp_untraced
+from supervisor.run._engine import ProviderRun, RunContext, StepFailed
+from supervisor.run._resume import NotResumable
 from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class AcpRun(ProviderRun[Config]):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
-        from supervisor import _sdk_logging
+        from supervisor.common import _sdk_logging
         from supervisor.providers.acp._client import UnattendedClient
         from supervisor.providers.acp._transport import StdioTransport
 
@@ -340,7 +340,7 @@ async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(import_acp_untraced)
-    from supervisor import _sdk_logging
+    from supervisor.common import _sdk_logging
 
     _sdk_logging.install(ACP_SDK_MODULES, "logging")
     return import_acp_untraced()

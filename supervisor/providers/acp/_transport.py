@@ -38,7 +38,7 @@ from typing import Any
 
 import anyio
 
-from supervisor._logging import raw_failure
+from supervisor.common._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
 from supervisor.wire import FrameTooDeep, InboundRequests, parse_frame
 

@@ -24,11 +24,11 @@ from machines.claude_code import CLAUDE_CODE_VOCABULARY, MACHINES
 from supervisor._errors import ConfigurationError
 from supervisor._handle import Run
 from supervisor._kinds import ProviderKind, Readiness
-from supervisor._run import RunContext
 from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor._version import distribution_version
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
+from supervisor.run._engine import RunContext
 
 log = logging.getLogger("supervisor")
 

@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import CLIConnectionError, Transport
 
-from supervisor._logging import raw_failure
+from supervisor.common._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests, parse_frame
 

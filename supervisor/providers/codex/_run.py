@@ -45,10 +45,8 @@ from pydantic import ValidationError
 
 from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
 from supervisor._diagnostic import FailureFacts, join_lines
-from supervisor._logging import raw_failure
-from supervisor._resume import NotResumable
-from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult, Usage
+from supervisor.common._logging import raw_failure
 from supervisor.process import LineReader, ManagedProcess
 from supervisor.providers.codex._answers import Answers
 from supervisor.providers.codex._classify import classify
@@ -89,6 +87,8 @@ from supervisor.providers.codex._wire import (
     WireClosed,
     WireError,
 )
+from supervisor.run._engine import ProviderRun, RunContext, StepFailed
+from supervisor.run._resume import NotResumable
 from supervisor.wire import client_version
 
 log = logging.getLogger("supervisor")

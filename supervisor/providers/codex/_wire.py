@@ -38,7 +38,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from supervisor._logging import raw_failure
+from supervisor.common._logging import raw_failure
 from supervisor.process import FrameTooLarge, LineReader
 from supervisor.wire import (
     CloseOnce,

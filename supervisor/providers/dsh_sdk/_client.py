@@ -30,7 +30,7 @@ from typing import Any, Final, Self, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from supervisor._logging import child_log
+from supervisor.common._logging import child_log
 from supervisor.process import DEFAULT_MAX_FRAME_BYTES
 from supervisor.providers.dsh_sdk._errors import (
     DshError,

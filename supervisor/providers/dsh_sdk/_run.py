@@ -26,10 +26,9 @@ import logging
 from typing import Final
 
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
-from supervisor._logging import raw_failure
-from supervisor._run import ProviderRun, RunContext, StepFailed
 from supervisor._seam import StopReason, SubagentResult
-from supervisor._waits import first_of
+from supervisor.common._logging import raw_failure
+from supervisor.common._waits import first_of
 from supervisor.providers.dsh_sdk._client import DshClient
 from supervisor.providers.dsh_sdk._config import Config
 from supervisor.providers.dsh_sdk._errors import (
@@ -45,6 +44,7 @@ from supervisor.providers.dsh_sdk._fold import (
     TurnProgress,
     new_session_id,
 )
+from supervisor.run._engine import ProviderRun, RunContext, StepFailed
 
 log = logging.getLogger("supervisor")
 

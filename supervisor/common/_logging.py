@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from supervisor._clean import clean_text
+from supervisor.common._clean import clean_text
 
 log = logging.getLogger("supervisor")
 child_log = logging.getLogger("supervisor.child")

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from supervisor._logging import child_log
+from supervisor.common._logging import child_log
 
 _ROUTED: ContextVar[bool] = ContextVar("supervisor_sdk_logging_routed", default=False)
 

@@ -34,7 +34,7 @@ Everything else (abort and cancellation rules, the single settlement, the output
 rollback and dispose over the whole tree, the audit trail, the diagnostic bound) lives
 here, so every provider behaves the same at the seam.  A provider's bug keeps those
 promises too: a hook or a task on the run's task group that raises settles the run as
-an ``unknown`` failure (:mod:`supervisor._guard`), and the tree is torn down by the
+an ``unknown`` failure (:mod:`supervisor.run._guard`), and the tree is torn down by the
 dispose that follows; ``dispose()`` reaches the teardown whatever the provider's
 ``partial_output()`` or chart does.  A run is built from one
 :class:`RunContext`; callers see it only as a :class:`~supervisor.Run`.
@@ -85,9 +85,7 @@ from machines import (
     Vocabulary,
 )
 from supervisor._abort import AbortSignal
-from supervisor._clean import clean_text
 from supervisor._config import ProviderConfig
-from supervisor._deprecated import adopt_old_hooks
 from supervisor._diagnostic import (
     FailureFacts,
     LimitFacts,
@@ -105,15 +103,12 @@ from supervisor._errors import (
     TeardownFailed,
     TurnInProgress,
 )
-from supervisor._guard import GuardedTaskGroup, is_cancellation
-from supervisor._host_limits import refuse_uncovered
 from supervisor._kinds import kind_gen_ai_provider, kind_name
-from supervisor._logging import raw_failure
 from supervisor._public import home
-from supervisor._resume import NotResumable, check_resumable, not_resumable, plan_run_id, valid_session_id
 from supervisor._seam import Resources, SessionPlan, StopReason, SubagentRequest, SubagentResult, Usage
-from supervisor._text import cap_text
-from supervisor._turn_guard import TurnLimits, guard_turn
+from supervisor.common._clean import clean_text
+from supervisor.common._logging import raw_failure
+from supervisor.common._text import cap_text
 from supervisor.journal import _switch as _journal
 from supervisor.process import (
     Containment,
@@ -128,7 +123,12 @@ from supervisor.process import (
     containment_for,
     resolve_run_cwd,
 )
+from supervisor.process._host_limits import refuse_uncovered
+from supervisor.run._deprecated import adopt_old_hooks
+from supervisor.run._guard import GuardedTaskGroup, is_cancellation
 from supervisor.run._progress import TOOL_KINDS, Progress, ProgressTracker
+from supervisor.run._resume import NotResumable, check_resumable, not_resumable, plan_run_id, valid_session_id
+from supervisor.run._turn_guard import TurnLimits, guard_turn
 from supervisor.telemetry import _switch as _telemetry
 from supervisor.workspace import RunWorkspace, Workspace, WorkspaceFailed
 
@@ -792,7 +792,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
             raise
 
     async def prestart(self, task_group: TaskGroup) -> None:
-        """Spawn and handshake before any task exists (a warm child, ``supervisor._warm``).
+        """Spawn and handshake before any task exists (a warm child, ``supervisor.run._warm``).
 
         The run is then ready but unpublished; :meth:`assign` gives it its request and
         :meth:`start` publishes it at once (its background work stays in ``task_group``).

@@ -26,7 +26,7 @@ from supervisor._abort import AbortSignal
 from supervisor._errors import ConversationOver
 from supervisor._handle import Run
 from supervisor._seam import SubagentResult
-from supervisor._sequence import RunOutcome, lifetime
+from supervisor.fronts._sequence import RunOutcome, lifetime
 
 NextTask = Callable[[int, SubagentResult], Awaitable[str | None]]
 """``next_task(turn, result)``: the text of the turn after ``turn``, or None to end."""

@@ -46,12 +46,12 @@ from anyio.abc import TaskGroup
 from machines import TransitionSink
 from supervisor._config import ProviderConfig, config_digest
 from supervisor._errors import InvalidRequest, ProviderUnusable, StartAborted, StartFailed, SubagentError
-from supervisor._logging import raw_failure
-from supervisor._run import ProviderRun
 from supervisor._seam import SessionPlan, SubagentRequest
-from supervisor._waits import first_of
+from supervisor.common._logging import raw_failure
+from supervisor.common._waits import first_of
 from supervisor.process import CwdError, resolve_run_cwd
 from supervisor.process._limits import HOST_GROUPS
+from supervisor.run._engine import ProviderRun
 
 log = logging.getLogger("supervisor")
 
