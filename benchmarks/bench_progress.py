@@ -46,8 +46,9 @@ import anyio
 
 from supervisor import Registry, Run, StopReason, SubagentRequest, progress_line
 from supervisor.process import ContainmentMode
+from supervisor.provider import TOOL_KINDS
 from supervisor.providers.acp import Provider, example_agent_config
-from supervisor.run._progress import TOOL_KINDS, ProgressTracker
+from supervisor.run._progress import ProgressTracker
 
 FEED = ("tool_call", "plan", "permission", "answer_bytes", "usage", "touch")
 CONTENDERS = ("off", "fed", "watched")

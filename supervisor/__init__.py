@@ -45,12 +45,15 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor._registry import Registry as Registry
     from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
     from supervisor._seam import Capabilities as Capabilities
+    from supervisor._seam import Progress as Progress
+    from supervisor._seam import ProgressCounts as ProgressCounts
     from supervisor._seam import Resources as Resources
     from supervisor._seam import SessionPlan as SessionPlan
     from supervisor._seam import StopReason as StopReason
     from supervisor._seam import SubagentRequest as SubagentRequest
     from supervisor._seam import SubagentResult as SubagentResult
     from supervisor._seam import Usage as Usage
+    from supervisor._seam import progress_line as progress_line
     from supervisor.batching._jobs import BatchError as BatchError
     from supervisor.batching._jobs import BatchItem as BatchItem
     from supervisor.batching._jobs import BatchRecord as BatchRecord
@@ -67,9 +70,6 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
     from supervisor.process._host_limits import set_host_ceiling as set_host_ceiling
-    from supervisor.run._progress import Progress as Progress
-    from supervisor.run._progress import ProgressCounts as ProgressCounts
-    from supervisor.run._progress import progress_line as progress_line
     from supervisor.workspace import Workspace as Workspace
 
 # Where each public name is defined.  ``import supervisor`` imports none of them: the CLI's
@@ -117,9 +117,9 @@ _ORIGINS: dict[str, str] = {
     "SubagentRequest": "supervisor._seam",
     "SubagentResult": "supervisor._seam",
     "Usage": "supervisor._seam",
-    "Progress": "supervisor.run._progress",
-    "ProgressCounts": "supervisor.run._progress",
-    "progress_line": "supervisor.run._progress",
+    "Progress": "supervisor._seam",
+    "ProgressCounts": "supervisor._seam",
+    "progress_line": "supervisor._seam",
     "RunOutcome": "supervisor.fronts._sequence",
     "supervise": "supervisor.fronts._sequence",
     "BatchError": "supervisor.batching._jobs",

@@ -16,9 +16,8 @@ from machines import AuditTrail, TransitionSink, Vocabulary
 from supervisor._abort import AbortSignal
 from supervisor._errors import ConversationOver
 from supervisor._public import home
-from supervisor._seam import Capabilities, Resources, SubagentRequest, SubagentResult
+from supervisor._seam import Capabilities, Progress, Resources, SubagentRequest, SubagentResult
 from supervisor.process import ExitFacts
-from supervisor.run._progress import Progress
 from supervisor.workspace import Workspace
 
 

@@ -97,6 +97,10 @@ from supervisor._kinds import PROVIDERS_GROUP as PROVIDERS_GROUP
 from supervisor._kinds import ProviderKind as ProviderKind
 from supervisor._kinds import Readiness as Readiness
 from supervisor._seam import NO_CAPABILITIES as NO_CAPABILITIES
+from supervisor._seam import PERMISSION_DECISIONS as PERMISSION_DECISIONS
+from supervisor._seam import PLAN_STATUSES as PLAN_STATUSES
+from supervisor._seam import TOOL_CALL_STATUSES as TOOL_CALL_STATUSES
+from supervisor._seam import TOOL_KINDS as TOOL_KINDS
 from supervisor._seam import Capabilities as Capabilities
 from supervisor._seam import SessionPlan as SessionPlan
 from supervisor._seam import StopReason as StopReason
@@ -119,10 +123,6 @@ from supervisor.process import child_environment as child_environment
 from supervisor.run._engine import ProviderRun as ProviderRun
 from supervisor.run._engine import RunContext as RunContext
 from supervisor.run._engine import StepFailed as StepFailed
-from supervisor.run._progress import PERMISSION_DECISIONS as PERMISSION_DECISIONS
-from supervisor.run._progress import PLAN_STATUSES as PLAN_STATUSES
-from supervisor.run._progress import TOOL_CALL_STATUSES as TOOL_CALL_STATUSES
-from supervisor.run._progress import TOOL_KINDS as TOOL_KINDS
 from supervisor.run._resume import NotResumable as NotResumable
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS as DEFAULT_MAX_INFLIGHT_REQUESTS
 from supervisor.wire import MAX_FRAME_DEPTH as MAX_FRAME_DEPTH

@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.text import Text
 
 from supervisor._handle import Run
-from supervisor.run._progress import progress_line
+from supervisor._seam import progress_line
 
 
 class LiveLine:

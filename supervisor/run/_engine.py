@@ -105,7 +105,16 @@ from supervisor._errors import (
 )
 from supervisor._kinds import kind_gen_ai_provider, kind_name
 from supervisor._public import home
-from supervisor._seam import Resources, SessionPlan, StopReason, SubagentRequest, SubagentResult, Usage
+from supervisor._seam import (
+    TOOL_KINDS,
+    Progress,
+    Resources,
+    SessionPlan,
+    StopReason,
+    SubagentRequest,
+    SubagentResult,
+    Usage,
+)
 from supervisor.common._clean import clean_text
 from supervisor.common._logging import raw_failure
 from supervisor.common._text import cap_text
@@ -126,7 +135,7 @@ from supervisor.process import (
 from supervisor.process._host_limits import refuse_uncovered
 from supervisor.run._deprecated import adopt_old_hooks
 from supervisor.run._guard import GuardedTaskGroup, is_cancellation
-from supervisor.run._progress import TOOL_KINDS, Progress, ProgressTracker
+from supervisor.run._progress import ProgressTracker
 from supervisor.run._resume import NotResumable, check_resumable, not_resumable, plan_run_id, valid_session_id
 from supervisor.run._turn_guard import TurnLimits, guard_turn
 from supervisor.telemetry import _switch as _telemetry

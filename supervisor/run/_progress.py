@@ -1,13 +1,14 @@
-"""Progress: what a run is doing now, from closed facts and numbers only (SPEC section 20).
+"""Progress tracking: what a run is doing now, from closed facts and numbers only.
 
 A provider feeds what its protocol reports (``ProviderRun.note_tool_call`` and the other
 ``note_*`` methods call the :class:`ProgressTracker` here); a caller reads
-``run.progress`` (a :class:`Progress` snapshot) or ``async for p in run.watch()``, and
-:func:`progress_line` renders a snapshot as one fixed English line.
+``run.progress`` (a :class:`~supervisor.Progress` snapshot) or ``async for p in
+run.watch()``.  The snapshot types, the closed sets and :func:`~supervisor.progress_line`
+are the contract's (:mod:`supervisor._seam`); this module is the engine's tracker.
 
 Closed by construction: every key a snapshot holds is a member of a closed set fixed in
-code (the provider's ``tool_kinds``, :data:`TOOL_CALL_STATUSES`, :data:`PLAN_STATUSES`,
-:data:`PERMISSION_DECISIONS`), checked when it is fed: a kind outside the set is counted
+code (the provider's ``tool_kinds``, ``TOOL_CALL_STATUSES``, ``PLAN_STATUSES``,
+``PERMISSION_DECISIONS``), checked when it is fed: a kind outside the set is counted
 as ``other``, any other unknown value is dropped.  A tool call's protocol id is used
 only to count a call once; the tracker keeps its ``hash()``, never the id itself, so
 no child text is held or shown.
@@ -26,25 +27,18 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from supervisor._public import home
-from supervisor._seam import Usage
-
-TOOL_KINDS: frozenset[str] = frozenset(
-    ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
+from supervisor._seam import (
+    PERMISSION_DECISIONS,
+    PLAN_STATUSES,
+    TOOL_CALL_STATUSES,
+    Progress,
+    ProgressCounts,
+    Usage,
 )
-"""The default closed set of tool-call kinds: ACP's ``ToolKind``.  A provider whose
-protocol names its calls otherwise sets ``ProviderRun.tool_kinds`` to its own closed set
-(it must hold ``other``)."""
-TOOL_CALL_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "failed")
-"""A tool call's statuses (ACP's ``ToolCallStatus``); every call is in exactly one."""
-PLAN_STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed")
-"""A plan entry's statuses (ACP's ``PlanEntryStatus``)."""
-PERMISSION_DECISIONS: tuple[str, ...] = ("allowed", "denied")
-"""How the unattended supervisor answered a permission request."""
 
 WATCH_INTERVAL = 0.25
 """A watcher receives at most one snapshot per this many seconds while the run goes on;
@@ -61,181 +55,6 @@ _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 _STATUSES = frozenset(TOOL_CALL_STATUSES)
 _PLAN = frozenset(PLAN_STATUSES)
 _DECISIONS = frozenset(PERMISSION_DECISIONS)
-
-
-class ProgressCounts(Mapping[str, int]):
-    """An immutable, hashable count per closed name (zero counts are left out), in name
-    order.  Compares equal to any mapping with the same non-zero items."""
-
-    __slots__ = ("_counts", "_hash")
-
-    def __init__(self, counts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
-        items = counts.items() if isinstance(counts, Mapping) else counts
-        self._counts: dict[str, int] = {name: int(n) for name, n in sorted(items) if n}
-        self._hash: int | None = None
-
-    @classmethod
-    def _of(cls, counts: dict[str, int]) -> ProgressCounts:
-        """From the tracker's own counts (ints already): no checks, no copy of zeros."""
-        made = cls.__new__(cls)
-        made._counts = dict(sorted(item for item in counts.items() if item[1]))
-        made._hash = None
-        return made
-
-    def __getitem__(self, name: str) -> int:
-        return self._counts[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._counts)
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash(tuple(self._counts.items()))
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if other is self:  # a snapshot reuses its counts while they do not change
-            return True
-        if isinstance(other, ProgressCounts):
-            return self._counts == other._counts
-        if isinstance(other, Mapping):
-            return self._counts == {k: v for k, v in other.items() if v}
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"ProgressCounts({self._counts!r})"
-
-    @property
-    def total(self) -> int:
-        """The sum of the counts."""
-        return sum(self._counts.values())
-
-
-NO_COUNTS = ProgressCounts()
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """What a run is doing, as closed facts and numbers: never a title, a path, a
-    command, an argument or any other child text.  Frozen, hashable and comparable.
-
-    The counts are the current turn's (a conversation's later turn starts again from
-    zero); ``elapsed_ms`` counts from the turn's start (the spawn, for turn 1) and stops
-    when the turn settles.
-    """
-
-    stage: str
-    """The run's current stage (its lifecycle's vocabulary)."""
-    turn: int
-    """The turn's number: 1 is the request's task, each ``send`` the next."""
-    elapsed_ms: int
-    """Milliseconds since the turn began (frozen once it settled)."""
-    tool_calls: ProgressCounts = NO_COUNTS
-    """Tool calls by kind (the provider's closed set: ACP's ``ToolKind``, the Codex
-    app-server's item types, Claude Code's built-in tool names; ``other`` for the rest)."""
-    tool_call_status: ProgressCounts = NO_COUNTS
-    """The same calls by their latest status (:data:`TOOL_CALL_STATUSES`)."""
-    permissions: ProgressCounts = NO_COUNTS
-    """Permission requests by the decision taken (:data:`PERMISSION_DECISIONS`)."""
-    plan: ProgressCounts = NO_COUNTS
-    """The agent's latest plan: its entries by status (:data:`PLAN_STATUSES`)."""
-    answer_bytes: int = 0
-    """UTF-8 bytes of answer text received so far (before any output cap)."""
-    usage: Usage | None = None
-    """What the turn used so far, where the agent reports it while it works."""
-    settled: bool = False
-    """Whether the turn's result has settled (this snapshot is its last word)."""
-
-    @property
-    def tool_call_total(self) -> int:
-        """How many tool calls the turn made."""
-        return self.tool_calls.total
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain JSON-ready values (counts as objects, usage as its non-None fields)."""
-        return {
-            "stage": self.stage,
-            "turn": self.turn,
-            "elapsed_ms": self.elapsed_ms,
-            "tool_calls": dict(self.tool_calls),
-            "tool_call_status": dict(self.tool_call_status),
-            "permissions": dict(self.permissions),
-            "plan": dict(self.plan),
-            "answer_bytes": self.answer_bytes,
-            "usage": None if self.usage is None else self.usage.model_dump(exclude_none=True),
-            "settled": self.settled,
-        }
-
-
-# -- the line ---------------------------------------------------------------------------
-
-SEPARATOR = " · "
-
-
-def progress_line(p: Progress) -> str:
-    """One fixed English line of ``p``, for people and models, e.g.
-    ``prompt · turn 2 · 42 s · 5 tool calls (edit 3, execute 2) · 1,204 output tokens``.
-
-    The grammar, in order, parts joined by `` · ``; a part whose count is zero (or
-    unknown) is left out:
-
-    * the stage; ``turn N``; the elapsed time (``7 s``, ``3 min 07 s``, ``1 h 02 min``);
-    * ``N tool call(s) (kind n, ...)``, kinds by count then name, then ``; N running``
-      (pending or in progress) and ``N failed`` inside the parentheses when not zero;
-    * ``plan D/N done`` (completed entries of all);
-    * ``N permission request(s) (allowed n, denied n)``;
-    * ``N answer byte(s)``; ``N output token(s)`` (when the agent reported them).
-
-    Numbers use a comma every three digits.
-    """
-    parts = [p.stage, f"turn {p.turn}", _elapsed(p.elapsed_ms)]
-    kinds = p.tool_calls._counts  # this module's own: plain dicts read directly (a live line's cost)
-    if kinds:
-        calls = sum(kinds.values())
-        ordered = sorted(kinds.items(), key=_count_then_name) if len(kinds) > 1 else kinds.items()
-        inner = ", ".join([f"{kind} {n:,}" for kind, n in ordered])
-        status = p.tool_call_status._counts
-        running = status.get("pending", 0) + status.get("in_progress", 0)
-        failed = status.get("failed", 0)
-        if running or failed:
-            tail = [f"{running:,} running"] if running else []
-            if failed:
-                tail.append(f"{failed:,} failed")
-            inner += "; " + ", ".join(tail)
-        parts.append(f"{_count(calls, 'tool call')} ({inner})")
-    plan = p.plan._counts
-    if plan:
-        parts.append(f"plan {plan.get('completed', 0):,}/{sum(plan.values()):,} done")
-    asked = p.permissions._counts
-    if asked:
-        inner = ", ".join([f"{d} {asked[d]:,}" for d in PERMISSION_DECISIONS if d in asked])
-        parts.append(f"{_count(sum(asked.values()), 'permission request')} ({inner})")
-    if p.answer_bytes:
-        parts.append(_count(p.answer_bytes, "answer byte"))
-    tokens = None if p.usage is None else p.usage.output_tokens
-    if tokens is not None:
-        parts.append(_count(tokens, "output token"))
-    return SEPARATOR.join(parts)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
-def _count_then_name(item: tuple[str, int]) -> tuple[int, str]:
-    return -item[1], item[0]
-
-
-def _elapsed(ms: int) -> str:
-    seconds = max(ms, 0) // 1000
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600:,} h {seconds // 60 % 60:02d} min"
 
 
 # -- the tracker -------------------------------------------------------------------------
@@ -519,6 +338,3 @@ async def _wait(waiters: list[asyncio.Future[None]], within: float | None) -> No
             timer.cancel()
         with contextlib.suppress(ValueError):  # still listed: its timer or a cancellation ended it
             waiters.remove(future)
-
-
-home("supervisor", Progress, ProgressCounts, progress_line)
