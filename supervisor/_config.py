@@ -66,7 +66,10 @@ def resolve_executable(value: Any, info: ValidationInfo, what: str) -> Path | No
     return path
 
 
-def _grace(value: float) -> float:
+def check_timer_ms(value: float) -> float:
+    """``value`` if it is a positive, finite number of milliseconds a timer can wait (at most
+    :data:`MAX_TIMER_MS`), else ``ValueError`` saying so: the check of every ``*_ms`` key of
+    :class:`ProviderConfig`; a kind's own timer keys use it in a field validator."""
     if isinstance(value, bool) or not math.isfinite(value) or value <= 0 or value > MAX_TIMER_MS:
         raise ValueError(f"must be a positive finite number no greater than {MAX_TIMER_MS}")
     return value
@@ -202,12 +205,12 @@ class ProviderConfig(BaseModel):
     )
     @classmethod
     def _positive_grace(cls, value: float) -> float:
-        return _grace(value)
+        return check_timer_ms(value)
 
     @field_validator("timeout_ms", "stall_timeout_ms")
     @classmethod
     def _positive_timer(cls, value: float | None) -> float | None:
-        return None if value is None else _grace(value)
+        return None if value is None else check_timer_ms(value)
 
     @field_validator("memory_max", "pids_max", "cpu_max")
     @classmethod
@@ -349,4 +352,4 @@ def config_digest(config: ProviderConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-home("supervisor.provider", ProviderConfig, CommandConfig, config_digest)
+home("supervisor.provider", ProviderConfig, CommandConfig, config_digest, resolve_executable, check_timer_ms)

@@ -56,6 +56,23 @@ Helpers for the child itself: :class:`ManagedProcess` (spawned with
 ``ProviderRun.spawn_child`` from ``ProviderRun.spawn_spec``), :class:`LineReader` (the
 frame-bounded line reader), :func:`child_environment` (the scrubbed environment), and
 the one UTF-8 text cap (:class:`CappedText`, :func:`cap_text`, :func:`utf8_prefix`).
+A kind that sets the child's environment itself keeps :data:`RUN_TAG_VARIABLE` in it (the
+supervisor finds a run's strays by it); a reader of its own bounds a frame at
+:data:`DEFAULT_MAX_FRAME_BYTES` unless configured otherwise.  A provider that takes a
+``tree`` (a :class:`Containment`) passes it to its :class:`RunContext`: tests model a tree
+that survives SIGKILL with it.
+
+Config helpers: :func:`resolve_executable` (a configured program path, relative to the
+config's folder, checked executable) and :func:`check_timer_ms` (the check of every
+``*_ms`` key) for a kind's own keys, in pydantic field validators.
+
+Where the child's text goes: never into a record at INFO or above.  :func:`raw_failure`
+logs a failure whose text may quote the child at DEBUG on ``supervisor.child``; a protocol
+SDK that logs what the child sent is made safe with :func:`route_sdk_logging` (once, on
+the SDK's modules) and :func:`sdk_logging_routed` (around the connection: the tasks the SDK
+starts inside log to ``supervisor.child`` at DEBUG; any other use of the SDK in the process
+keeps its own logging).  :func:`first_of` waits for whichever of several things happens
+first (``session_lost()``: the child exits *or* its wire ends).
 
 The framing and JSON-RPC tools the built-in clients use, the same objects: a frame is
 read with :class:`LineReader` (at most ``max_frame_bytes``, else :class:`FrameTooLarge`)
@@ -85,7 +102,9 @@ from machines import build_lifecycle as build_lifecycle
 from machines import common_rows as common_rows
 from supervisor._config import CommandConfig as CommandConfig
 from supervisor._config import ProviderConfig as ProviderConfig
+from supervisor._config import check_timer_ms as check_timer_ms
 from supervisor._config import config_digest as config_digest
+from supervisor._config import resolve_executable as resolve_executable
 from supervisor._diagnostic import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
 from supervisor._diagnostic import FailureFacts as FailureFacts
 from supervisor._diagnostic import bound_diagnostic as bound_diagnostic
@@ -107,10 +126,17 @@ from supervisor._seam import StopReason as StopReason
 from supervisor._seam import SubagentRequest as SubagentRequest
 from supervisor._seam import SubagentResult as SubagentResult
 from supervisor._seam import Usage as Usage
+from supervisor.common._logging import raw_failure as raw_failure
+from supervisor.common._sdk_logging import route_sdk_logging as route_sdk_logging
+from supervisor.common._sdk_logging import sdk_logging_routed as sdk_logging_routed
 from supervisor.common._text import TRUNCATED_MARK as TRUNCATED_MARK
 from supervisor.common._text import CappedText as CappedText
 from supervisor.common._text import cap_text as cap_text
 from supervisor.common._text import utf8_prefix as utf8_prefix
+from supervisor.common._waits import first_of as first_of
+from supervisor.process import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
+from supervisor.process import RUN_TAG_VARIABLE as RUN_TAG_VARIABLE
+from supervisor.process import Containment as Containment
 from supervisor.process import ExitFacts as ExitFacts
 from supervisor.process import FrameTooLarge as FrameTooLarge
 from supervisor.process import LineReader as LineReader
@@ -139,6 +165,7 @@ from supervisor.wire import is_request_id as is_request_id
 from supervisor.wire import parse_frame as parse_frame
 
 __all__ = (
+    "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_INFLIGHT_REQUESTS",
     "MAX_DIAGNOSTIC_BYTES",
     "MAX_FRAME_DEPTH",
@@ -146,6 +173,7 @@ __all__ = (
     "PERMISSION_DECISIONS",
     "PLAN_STATUSES",
     "PROVIDERS_GROUP",
+    "RUN_TAG_VARIABLE",
     "SETTLED",
     "TOOL_CALL_STATUSES",
     "TOOL_KINDS",
@@ -157,6 +185,7 @@ __all__ = (
     "CommandConfig",
     "CommonEvent",
     "ConfigurationError",
+    "Containment",
     "DecisionField",
     "ExitFacts",
     "FailureFacts",
@@ -195,13 +224,19 @@ __all__ = (
     "bound_diagnostic",
     "build_lifecycle",
     "cap_text",
+    "check_timer_ms",
     "child_environment",
     "common_rows",
     "config_digest",
     "decode_frame",
     "encode_frame",
+    "first_of",
     "is_request_id",
     "join_lines",
     "parse_frame",
+    "raw_failure",
+    "resolve_executable",
+    "route_sdk_logging",
+    "sdk_logging_routed",
     "utf8_prefix",
 )

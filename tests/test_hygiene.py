@@ -194,7 +194,7 @@ def test_the_sdk_keeps_its_own_logging_outside_a_run() -> None:
     from supervisor.common import _sdk_logging
     from supervisor.providers.acp._run import ACP_SDK_MODULES
 
-    _sdk_logging.install(ACP_SDK_MODULES, "logging")
+    _sdk_logging.route_sdk_logging(ACP_SDK_MODULES, "logging")
     stand_in = vars(acp.connection)["logging"]
     assert isinstance(stand_in, _sdk_logging.RoutedLogging)
     seen: list[logging.LogRecord] = []
@@ -207,7 +207,7 @@ def test_the_sdk_keeps_its_own_logging_outside_a_run() -> None:
     logging.getLogger().addHandler(keep)
     try:
         stand_in.error("outside %s", "a run")
-        with _sdk_logging.routed():
+        with _sdk_logging.sdk_logging_routed():
             stand_in.error("inside %s", "a run")
     finally:
         logging.getLogger().removeHandler(keep)

@@ -14,9 +14,9 @@ from anyio.abc import TaskGroup
 from machines import AuditTrail, TeardownLadder
 from supervisor import Registry, StartFailed, SubagentRequest
 from supervisor.process import Containment, ManagedProcess
-from supervisor.process._lost import caused_by_teardown
 from supervisor.process._managed import LOST_FACTS
 from supervisor.providers.acp import Provider
+from supervisor.providers.acp._lost import caused_by_teardown
 from tests.acp.test_provider import child
 from tests.test_process import spec_for
 

@@ -145,6 +145,16 @@ AUTHORS = {
     "CloseOnce",
     "InboundRequests",
     "DEFAULT_MAX_INFLIGHT_REQUESTS",
+    # what the built-in kinds use besides: the host log, an SDK's logging, config keys, waits
+    "raw_failure",
+    "route_sdk_logging",
+    "sdk_logging_routed",
+    "first_of",
+    "resolve_executable",
+    "check_timer_ms",
+    "RUN_TAG_VARIABLE",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "Containment",
 }
 
 # Names 0.2 exported from ``supervisor`` that are an author's: importable with a warning.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from supervisor._public import home
 from supervisor.common._clean import clean_text
 
 log = logging.getLogger("supervisor")
@@ -76,3 +77,6 @@ if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
 def raw_failure(message: str, *args: object, exc: BaseException | None = None) -> None:
     """Log a raw failure (its text may quote the child) at DEBUG on ``supervisor.child``."""
     child_log.debug(message, *args, exc_info=exc)
+
+
+home("supervisor.provider", raw_failure)

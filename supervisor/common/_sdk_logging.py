@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from supervisor._public import home
 from supervisor.common._logging import child_log
 
 _ROUTED: ContextVar[bool] = ContextVar("supervisor_sdk_logging_routed", default=False)
@@ -86,8 +87,11 @@ class _Deferred:
             return f"{text} {self.args!r}"
 
 
-def install(modules: tuple[str, ...], attribute: str) -> None:
-    """Put a stand-in in place of ``attribute`` in each module (idempotent; modules must import)."""
+def route_sdk_logging(modules: tuple[str, ...], attribute: str) -> None:
+    """Put a stand-in in place of ``attribute`` (the SDK module's ``logging`` or ``logger``) in
+    each of ``modules``: inside :func:`sdk_logging_routed`, what the SDK logs goes to
+    ``supervisor.child`` at DEBUG; elsewhere it behaves as before.  Idempotent; every module
+    must import."""
     for name in modules:
         module = importlib.import_module(name)
         original = getattr(module, attribute, None)
@@ -96,10 +100,14 @@ def install(modules: tuple[str, ...], attribute: str) -> None:
 
 
 @contextlib.contextmanager
-def routed() -> Iterator[None]:
-    """Inside: tasks created now (an SDK's connection tasks) log to ``supervisor.child``."""
+def sdk_logging_routed() -> Iterator[None]:
+    """Inside: tasks created now (an SDK's connection tasks) log what an SDK module made
+    ready with :func:`route_sdk_logging` logs to ``supervisor.child`` at DEBUG."""
     token = _ROUTED.set(True)
     try:
         yield
     finally:
         _ROUTED.reset(token)
+
+
+home("supervisor.provider", route_sdk_logging, sdk_logging_routed)

@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from supervisor._public import home
+
 
 async def first_of(*waits: Callable[[], Awaitable[object]]) -> None:
     """Return as soon as any of ``waits`` returns (the others are cancelled): e.g. an idle
@@ -18,3 +20,6 @@ async def first_of(*waits: Callable[[], Awaitable[object]]) -> None:
 
         for wait in waits:
             first.start_soon(until, wait)
+
+
+home("supervisor.provider", first_of)

@@ -22,6 +22,7 @@ from pathlib import Path
 from signal import Signals
 from typing import Protocol
 
+from supervisor._public import home
 from supervisor.process._cgroup import CgroupContainment, find_cgroup_base
 from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._tree import ProcessTreeContainment
@@ -145,3 +146,6 @@ def check_containment(mode: ContainmentMode, cgroup_root: Path | None) -> None:
         found = detect_containment(cgroup_root)
         if found.cgroup_base is None:
             raise ContainmentUnavailable(f"cgroup containment is not available: {found.reason}")
+
+
+home("supervisor.provider", Containment)

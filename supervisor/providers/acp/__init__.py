@@ -11,11 +11,16 @@ from pathlib import Path
 
 from machines import TransitionSink
 from machines.acp import ACP_VOCABULARY, MACHINES
-from supervisor._kinds import ProviderKind, Readiness
-from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
+from supervisor.provider import (
+    Capabilities,
+    ProviderKind,
+    Readiness,
+    RunContext,
+    SessionPlan,
+    SubagentRequest,
+)
 from supervisor.providers.acp._config import Config
 from supervisor.providers.acp._run import AcpRun
-from supervisor.run._engine import RunContext
 
 EXAMPLE_AGENT = Path(__file__).resolve().parent / "_example_agent.py"
 CAPABILITIES = Capabilities(conversation=True, resume=True)

@@ -33,7 +33,7 @@ from acp.schema import (
 )
 
 from machines.acp import ACP_VOCABULARY
-from supervisor._seam import Usage
+from supervisor.provider import Usage
 from supervisor.wire import CappedText
 
 ALLOW_KINDS = ("allow_once", "allow_always")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from supervisor._config import CommandConfig
+from supervisor.provider import CommandConfig
 
 
 class Config(CommandConfig):

@@ -24,19 +24,26 @@ import anyio
 from pydantic import ValidationError
 
 from machines.acp import ACP_VOCABULARY, AcpEvent, AcpLifecycle
-from supervisor._diagnostic import FailureFacts, join_lines
-from supervisor._seam import StopReason, SubagentResult, Usage
-from supervisor.common._logging import raw_failure
-from supervisor.common._waits import first_of
-from supervisor.process import (
+from supervisor.provider import (
     ExitFacts,
+    FailureFacts,
+    NotResumable,
+    ProviderRun,
+    RunContext,
+    StepFailed,
+    StopReason,
+    SubagentResult,
     TeardownReport,
+    Usage,
+    first_of,
+    join_lines,
+    raw_failure,
+    route_sdk_logging,
+    sdk_logging_routed,
 )
-from supervisor.process._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._config import Config
+from supervisor.providers.acp._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._untraced import import_acp_untraced
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
-from supervisor.run._resume import NotResumable
 from supervisor.wire import CappedText, client_version
 
 if TYPE_CHECKING:
@@ -86,7 +93,6 @@ class AcpRun(ProviderRun[Config]):
         spec = self.spawn_spec([config.command, *config.args], cwd)
         process = await self.spawn_child(spec, failed_as="process-start", fact=AcpEvent.SPAWN_FAILED)
         acp = await _import_acp()
-        from supervisor.common import _sdk_logging
         from supervisor.providers.acp._client import UnattendedClient
         from supervisor.providers.acp._transport import StdioTransport
 
@@ -103,7 +109,7 @@ class AcpRun(ProviderRun[Config]):
             max_inflight=config.max_inflight_requests,
             session_update=self._client.take_update,
         )
-        with _sdk_logging.routed():  # every task the SDK spawns for this connection inherits it
+        with sdk_logging_routed():  # every task the SDK spawns for this connection inherits it
             # No stream observer: the SDK deep-copies every frame for each one.  What the run
             # reads from raw frames, the transport keeps (``StdioTransport.raw``).
             self._conn = acp.connect_to_agent(self._client, self._transport)
@@ -340,7 +346,5 @@ async def _import_acp() -> ModuleType:
     """Import the SDK off the event loop: ``import acp`` takes about a second, once."""
     if "acp" not in sys.modules:
         await anyio.to_thread.run_sync(import_acp_untraced)
-    from supervisor.common import _sdk_logging
-
-    _sdk_logging.install(ACP_SDK_MODULES, "logging")
+    route_sdk_logging(ACP_SDK_MODULES, "logging")
     return import_acp_untraced()

@@ -38,8 +38,7 @@ from typing import Any
 
 import anyio
 
-from supervisor.common._logging import raw_failure
-from supervisor.process import FrameTooLarge, LineReader
+from supervisor.provider import FrameTooLarge, LineReader, raw_failure
 from supervisor.wire import FrameTooDeep, InboundRequests, parse_frame
 
 SESSION_UPDATE = "session/update"

@@ -119,10 +119,10 @@ class ClaudeCodeRun(ProviderRun[Config]):
             max_inflight_requests=config.max_inflight_requests,
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
-        _sdk_logging.install(CLAUDE_SDK_MODULES, "logger")
+        _sdk_logging.route_sdk_logging(CLAUDE_SDK_MODULES, "logger")
         try:
             # A CLI whose stdout ended can never answer ``initialize``: as good as exited.
-            with _sdk_logging.routed():  # the SDK's tasks for this client log to supervisor.child
+            with _sdk_logging.sdk_logging_routed():  # the SDK's tasks for this client log to supervisor.child
                 outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
@@ -170,7 +170,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     async def drive(self) -> SubagentResult:
         try:
-            with _sdk_logging.routed():
+            with _sdk_logging.sdk_logging_routed():
                 outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
         except Exception as exc:
             log.warning("run %s: the Claude Code conversation failed", self.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from supervisor._config import CommandConfig, _grace
+from supervisor._config import CommandConfig, check_timer_ms
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -27,7 +27,7 @@ class Config(CommandConfig):
     @field_validator("shutdown_timeout_ms")
     @classmethod
     def _positive_timeout(cls, value: float) -> float:
-        return _grace(value)
+        return check_timer_ms(value)
 
     @property
     def shutdown_timeout(self) -> float:

@@ -1,4 +1,4 @@
-"""What a start that lost its child saw, and in which order: for the host log.
+"""What an ACP start that lost its child saw, and in which order: for the host log.
 
 A start fails ``X/transport`` or ``X/process-exit`` when the child's pipes end under it.
 Which fact came first tells the causes apart: the child chose to go (``exited`` first,
@@ -6,14 +6,15 @@ with its own status), its output ended first (``stdout-eof``: it closed stdout, 
 of a signal someone sent), or a write found its stdin closed (``stdin-broken``).  The
 line names only closed facts (no child text), and says when an exit signal is the one
 the supervisor's own teardown sent: that exit is the supervisor's doing, never the
-cause it reports.
+cause it reports.  It reads only what :class:`~supervisor.provider.ManagedProcess` tells any
+kind (``lost_facts``, ``signalled``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from supervisor.process._managed import ExitFacts, ManagedProcess
+from supervisor.provider import ExitFacts, ManagedProcess
 
 log = logging.getLogger("supervisor")
 
