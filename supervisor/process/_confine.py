@@ -301,10 +301,12 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
     child may make groups below its own).  Last, :data:`PRIVATE_SHM` is a tmpfs of the run's
     own: what it leaves in shared memory goes with its mount namespace (docs/limits.md)."""
     steps = [f"ro={path}" for path in READ_ONLY]
+    # as strings: pathlib's ``parents`` builds a path per ancestor, per mount and group (the
+    # cgroup mode's largest share of a run's parent CPU); both sides are normalised first
+    entered = [str(group) for group in groups] if groups is not None else None
     for point, kind, options in _mounts():
-        inside = groups is not None and any(
-            group == Path(point) or Path(point) in group.parents for group in groups
-        )
+        top = str(Path(point))
+        inside = entered is not None and any(_at_or_below(group, top) for group in entered)
         if not inside:
             steps.append(f"view=hide::{point}")
         elif kind == "cgroup2":
@@ -315,6 +317,11 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
             steps.append(f"view=cgroup:{','.join(chosen)}:{point}")
     steps.append(f"shm={PRIVATE_SHM}")
     return steps
+
+
+def _at_or_below(path: str, top: str) -> bool:
+    """Whether normalised ``path`` is ``top`` or below it (``Path(top) in Path(path).parents``)."""
+    return path == top or path.startswith(top if top.endswith("/") else top + "/")
 
 
 def shim_python() -> str:
