@@ -155,15 +155,35 @@ def _all_charts() -> list[type[Any]]:
     return [*acp.MACHINES, *claude_code.MACHINES, *codex.MACHINES, *dsh_sdk.MACHINES, TeardownLadder]
 
 
-def _outcome(chart: type[Any], state: Any, event: str) -> tuple[Any, ...]:
+class Terminated:
+    """Sees, at each transition, whether the machine had stopped by then."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def after_transition(self, event: Any, source: Any, target: Any, machine: Any) -> None:
+        self.seen.append(machine.is_terminated)
+
+
+def _outcome(chart: type[Any], state: Any, event: str, then: list[str]) -> tuple[Any, ...]:
+    """Send ``event`` in ``state``, then each of ``then`` (what a stopped machine refuses)."""
     trail = AuditTrail("run")
     machine = chart(listeners=[trail])
     machine.current_state_value = state.value
+    told = Terminated()
+    machine._relayed.append(told)  # hears what the audit trail hears, in the same place
     try:
         machine.send(event)
     except TransitionNotAllowed:
         return ("refused", machine.current_state_value, story(trail))
-    return ("moved", machine.current_state_value, story(trail))
+    after = []
+    for later in then:
+        try:
+            machine.send(later)
+            after.append(("moved", machine.current_state_value))
+        except TransitionNotAllowed:
+            after.append(("refused", machine.current_state_value))
+    return ("moved", machine.current_state_value, story(trail), machine.is_terminated, told.seen, after)
 
 
 @pytest.mark.parametrize("chart", _all_charts(), ids=lambda chart: chart.__name__)
@@ -175,8 +195,10 @@ def test_the_fast_path_does_what_the_engine_does_for_every_state_and_event(
     from machines import _shared
 
     events = sorted({str(name) for state in chart.states for t in state.transitions for name in t.events})
-    fast = {(s.id, e): _outcome(chart, s, e) for s in chart.states for e in events}
-    assert _shared._fast_rows(chart)  # the chart does take the fast path for some rows
+    fast = {(s.id, e): _outcome(chart, s, e, events) for s in chart.states for e in events}
+    rows = _shared._fast_rows(chart)
+    assert rows  # the chart does take the fast path for some rows
+    assert any(target.final for target in rows.values())  # into its final states too
     monkeypatch.setattr(_shared, "_fast_rows", lambda cls: None)
-    engine = {(s.id, e): _outcome(chart, s, e) for s in chart.states for e in events}
+    engine = {(s.id, e): _outcome(chart, s, e, events) for s in chart.states for e in events}
     assert fast == engine
