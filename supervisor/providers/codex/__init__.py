@@ -33,15 +33,20 @@ from pathlib import Path
 
 from machines import TransitionSink
 from machines.codex import CODEX_VOCABULARY, MACHINES
-from supervisor._errors import ConfigurationError
-from supervisor._kinds import ProviderKind, Readiness
-from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
-from supervisor.process import Containment
+from supervisor.provider import (
+    Capabilities,
+    ConfigurationError,
+    Containment,
+    ProviderKind,
+    Readiness,
+    RunContext,
+    SessionPlan,
+    SubagentRequest,
+)
 from supervisor.providers.codex._command import app_server_argv
 from supervisor.providers.codex._config import Config, PermissionMode
 from supervisor.providers.codex._run import CodexRun as CodexRun
 from supervisor.providers.codex._wire import RunTap
-from supervisor.run._engine import RunContext
 
 __all__ = (
     "KIND",

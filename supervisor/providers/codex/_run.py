@@ -44,10 +44,20 @@ import anyio
 from pydantic import ValidationError
 
 from machines.codex import CODEX_VOCABULARY, CodexEvent, CodexLifecycle
-from supervisor._diagnostic import FailureFacts, join_lines
-from supervisor._seam import StopReason, SubagentResult, Usage
-from supervisor.common._logging import raw_failure
-from supervisor.process import LineReader, ManagedProcess
+from supervisor.provider import (
+    FailureFacts,
+    LineReader,
+    ManagedProcess,
+    NotResumable,
+    ProviderRun,
+    RunContext,
+    StepFailed,
+    StopReason,
+    SubagentResult,
+    Usage,
+    join_lines,
+    raw_failure,
+)
 from supervisor.providers.codex._answers import Answers
 from supervisor.providers.codex._classify import classify
 from supervisor.providers.codex._command import app_server_argv, thread_permissions
@@ -87,8 +97,6 @@ from supervisor.providers.codex._wire import (
     WireClosed,
     WireError,
 )
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
-from supervisor.run._resume import NotResumable
 from supervisor.wire import client_version
 
 log = logging.getLogger("supervisor")

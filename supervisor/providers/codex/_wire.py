@@ -38,8 +38,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from supervisor.common._logging import raw_failure
-from supervisor.process import FrameTooLarge, LineReader
+from supervisor.provider import FrameTooLarge, LineReader, raw_failure
 from supervisor.wire import (
     CloseOnce,
     FrameTooDeep,
