@@ -40,7 +40,7 @@ from supervisor.process import (
     ManagedProcess,
     SpawnSpec,
     StderrMode,
-    _managed,
+    _spawn_command,
     child_environment,
     containment_for,
 )
@@ -77,8 +77,8 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
         containment=containment_for(ContainmentMode.AUTO),
         confinement=Confinement(readable=(REPO,)) if confine else None,
     )
-    real: Callable[[], bool] = getattr(_managed, "is_root")  # noqa: B009
-    setattr(_managed, "is_root", real if hardened else lambda: False)  # noqa: B010
+    real: Callable[[], bool] = getattr(_spawn_command, "is_root")  # noqa: B009
+    setattr(_spawn_command, "is_root", real if hardened else lambda: False)  # noqa: B010
     try:
         async with anyio.create_task_group() as tg:
             started = time.perf_counter()
@@ -91,7 +91,7 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
             assert report.quiescent
             tg.cancel_scope.cancel()
     finally:
-        setattr(_managed, "is_root", real)  # noqa: B010
+        setattr(_spawn_command, "is_root", real)  # noqa: B010
     return elapsed
 
 

@@ -26,7 +26,7 @@ import pytest
 from supervisor.process import detect_containment, limit_support
 from supervisor.process._host import HostIdentity
 from supervisor.process._keeper_main import start_time
-from supervisor.process._limits import v1_homes
+from supervisor.process._limit_support import v1_homes
 from supervisor.process._markers import marker_dir
 from tests.support import cgroup_roots
 from tests.support.pidfd import pidfds, wait_gone

@@ -19,7 +19,10 @@ from supervisor import ConfigurationError, set_host_ceiling
 from supervisor._diagnostic import LimitFacts, LimitResource, LimitScope, format_bytes
 from supervisor.cli._config_file import ConfigError, load_file
 from supervisor.process import HitScope, KernelHit, Limits, limit_support
-from supervisor.process._limits import Hierarchy, HostGroups, LimitRefused, RunCgroups, Usage
+from supervisor.process._host_groups import HostGroups
+from supervisor.process._limit_support import Hierarchy
+from supervisor.process._limit_values import LimitRefused, Usage
+from supervisor.process._limits import RunCgroups
 from supervisor.providers import acp
 
 MiB = 2**20

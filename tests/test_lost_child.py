@@ -14,7 +14,7 @@ from anyio.abc import TaskGroup
 from machines import AuditTrail, TeardownLadder
 from supervisor import Registry, StartFailed, SubagentRequest
 from supervisor.process import Containment, ManagedProcess
-from supervisor.process._managed import LOST_FACTS
+from supervisor.process._pipes import LOST_FACTS
 from supervisor.providers.acp import Provider
 from supervisor.providers.acp._lost import caused_by_teardown
 from tests.acp.test_provider import child

@@ -19,7 +19,7 @@ import pytest
 
 from supervisor import InvalidRequest, NoProvider, Registry, StartFailed, StopReason, SubagentRequest
 from supervisor.process import Limits
-from supervisor.process._limits import HOST_GROUPS
+from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.providers.acp import Config, Provider, example_agent_config
 from supervisor.run._warm import WarmKey, _digest
 from tests.conftest import internals, tagged

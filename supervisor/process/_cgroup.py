@@ -15,7 +15,7 @@ argv, so there is no moment in which the program could fork outside the leaf.  F
 then on the kernel keeps every descendant in the leaf, whatever it does (``setsid``,
 double fork, cleared environment, non-dumpable).
 
-Limits (``_limits``): on a hybrid host the run also has a leaf in each cgroup v1
+Limits (``_limits`` and its neighbours): on a hybrid host the run also has a leaf in each cgroup v1
 hierarchy its limits and accounting need; the same shim writes the child into those
 too, before ``exec``.
 """
@@ -41,19 +41,12 @@ from supervisor.process._escapes import (
     own_cgroup_namespace,
     pin_cgroup_namespace,
 )
+from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
-from supervisor.process._limits import (
-    HOST_GROUPS,
-    NO_LIMITS,
-    Hierarchy,
-    KernelHit,
-    Limits,
-    LimitSupport,
-    RunCgroups,
-    Usage,
-    limit_support,
-)
+from supervisor.process._limit_support import Hierarchy, LimitSupport, limit_support
+from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, Usage
+from supervisor.process._limits import RunCgroups
 from supervisor.process._pinned import signal_if
 from supervisor.process._proctable import TABLE
 from supervisor.process._tree import (

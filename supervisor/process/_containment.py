@@ -24,7 +24,7 @@ from typing import Protocol
 
 from supervisor._public import home
 from supervisor.process._cgroup import CgroupContainment, find_cgroup_base
-from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, Usage
+from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._tree import ProcessTreeContainment
 
 
@@ -99,7 +99,7 @@ class Enclosure(Protocol):
 
 class Containment(Protocol):
     """Makes one :class:`Enclosure` per run, with its limits (raises
-    :class:`~supervisor.process._limits.LimitUnavailable` for a limit it cannot enforce,
+    :class:`~supervisor.process._limit_values.LimitUnavailable` for a limit it cannot enforce,
     ``OSError`` when the kernel refuses)."""
 
     @property

@@ -33,7 +33,7 @@ from supervisor.process import (
     parse_memory,
 )
 from supervisor.process._keeper import register_groups
-from supervisor.process._limits import MEMORY, PIDS, LimitRefused
+from supervisor.process._limit_values import MEMORY, PIDS, LimitRefused
 
 log = logging.getLogger("supervisor")
 

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import errno
 import functools
 import logging
 import os
 import shutil
 import signal
-import tempfile
-from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,188 +18,28 @@ from anyio.abc import TaskGroup
 from machines import TeardownLadder
 from supervisor._public import home
 from supervisor.process._childpin import ChildPin
-from supervisor.process._confine import (
-    Confinement,
-    is_root,
-    landlock_steps,
-    program_prefixes,
-    root_steps,
-    shim_command,
-    view_steps,
-)
-from supervisor.process._containment import Containment, Enclosure, containment_for
+from supervisor.process._containment import Enclosure
 from supervisor.process._cwd import spawn_cwd
 from supervisor.process._env import HOST_TAG_VARIABLE
-from supervisor.process._framing import DEFAULT_MAX_FRAME_BYTES, READ_CHUNK, FrameTooLarge, LineReader
 from supervisor.process._host import pdeathsig_argv, pdeathsig_preexec, this_host
 from supervisor.process._keeper import register_run, unregister_run
-from supervisor.process._limits import NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
+from supervisor.process._limit_values import KernelHit, LimitUnavailable, Usage
+from supervisor.process._pipes import ChildProtocol, StderrTail
+from supervisor.process._spawn_command import check_program, private_tmpdir, release, shimmed, spawn_command
+from supervisor.process._spawn_spec import (
+    EnclosureFailed,
+    ExitFacts,
+    SpawnFailed,
+    SpawnSpec,
+    StderrMode,
+    TeardownReport,
+)
 from supervisor.process._sweep import sweep_once
 from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 
 log = logging.getLogger("supervisor")
-child_log = logging.getLogger("supervisor.child")  # child-controlled text: DEBUG only
 
-DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
 DEFAULT_KILL_WAIT_SECONDS = 5.0
-DEFAULT_EOF_GRACE_SECONDS = 6.0
-
-
-class StderrMode(enum.StrEnum):
-    INHERIT = "inherit"
-    LOG = "log"
-    DISCARD = "discard"
-
-
-class SpawnFailed(Exception):
-    """The program could not be started (missing, not executable, cwd vanished).
-
-    Its text is the OS error: host log and ``__cause__`` only.
-    """
-
-
-class EnclosureFailed(SpawnFailed):
-    """The run's groups could not be made or its limits set (the cause names the file
-    the kernel refused, or why a limit cannot be had)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExitFacts:
-    """How the direct child ended: exactly one of the two is set."""
-
-    exit_code: int | None
-    signal: str | None
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitFacts:
-        if returncode >= 0:
-            return cls(exit_code=returncode, signal=None)
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"SIG{-returncode}"
-        return cls(exit_code=None, signal=name)
-
-
-@dataclass(frozen=True, slots=True)
-class TeardownReport:
-    quiescent: bool
-    rung: str
-    exit: ExitFacts | None
-    survivors: tuple[int, ...] = ()
-    containment: str = "process-tree"
-
-
-@dataclass(frozen=True)
-class SpawnSpec:
-    """What to run.  ``env`` is final (already scrubbed and layered, run tag included);
-    spawn adds only the host identity."""
-
-    argv: Sequence[str]
-    cwd: Path
-    env: dict[str, str]
-    run_tag: str
-    stderr: StderrMode = StderrMode.INHERIT
-    stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    subreaper: bool = True
-    containment: Containment = field(default_factory=containment_for)
-    eof_grace: float = DEFAULT_EOF_GRACE_SECONDS
-    limits: Limits = NO_LIMITS
-    confinement: Confinement | None = None
-    """Landlock confinement (``confine = true``); None: the child may touch what its user may."""
-    keep_capabilities: frozenset[str] = frozenset()
-    """A root child keeps these capabilities beyond the default set (``_confine``)."""
-
-    def __post_init__(self) -> None:
-        if not self.argv or not self.argv[0]:
-            raise ValueError("argv must name a program")
-
-
-_PIPE_FACTS = {0: "stdin-closed", 1: "stdout-eof", 2: "stderr-eof"}
-LOST_FACTS = ("eof-sent", "stdin-closed", "stdin-broken", "stdout-eof", "stderr-eof", "exited")
-"""What :attr:`ManagedProcess.lost_facts` may name: the supervisor closing the child's stdin
-(``eof-sent``), a pipe of the child that ended (``stdin-broken``: a write found the child's
-end closed), and the child's exit."""
-
-
-class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol plus what the supervisor needs from the pipe layer.
-
-    * An exit notification: ``Process.wait()`` returns only once every pipe is closed
-      as well, which never happens while a descendant holds stdout, or once a reader
-      stopped reading.  The exit itself is what must be observed.
-    * The frame bound: no stdout line may exceed ``max_frame_bytes``.  Checked as the
-      bytes arrive, so whoever reads stdout (a protocol SDK included) never buffers an
-      oversized frame; past the bound the stream just ends, and ``frame_too_large``
-      says why.
-    * An early end of stdout (:meth:`end_stdout`): once the child has exited, a
-      descendant still holding the pipe must not keep the reader waiting.
-    """
-
-    def __init__(self, exited: anyio.Event, loop: asyncio.AbstractEventLoop, max_frame_bytes: int) -> None:
-        super().__init__(limit=2**16, loop=loop)
-        self._exited = exited
-        self._max_frame = max_frame_bytes
-        self._line = 0
-        self._cut = False
-        self.frame_too_large = False
-        self.stdout_ended = False
-        self.stdout_closed = anyio.Event()
-        self.stdout_chunks = 0
-        # What the pipe layer saw end, in order (closed names, see ``LOST_FACTS``).
-        self.lost: list[str] = []
-        # Called once, at the child's first output: the program itself runs (past any shim).
-        self.on_first_output: Callable[[], None] | None = None
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        if fd == 1 and self.on_first_output is not None:
-            first, self.on_first_output = self.on_first_output, None
-            first()
-        if fd == 1 and isinstance(data, bytes):
-            self.stdout_chunks += 1
-            if self._cut:
-                return
-            cut = self._cut_at(data)
-            if cut is not None:  # deliver the whole lines before the oversized one, then end
-                if cut:
-                    super().pipe_data_received(fd, data[:cut])
-                self.frame_too_large = True
-                self.end_stdout()
-                return
-        super().pipe_data_received(fd, data)
-
-    def end_stdout(self) -> None:
-        """End the stdout stream for its reader now; later bytes are dropped."""
-        self._cut = self.stdout_ended = True
-        if self.stdout is not None:
-            self.stdout.feed_eof()
-        self.stdout_closed.set()
-
-    def _cut_at(self, data: bytes) -> int | None:
-        """None if every line stays within the bound, else where the first oversized line starts."""
-        start, line = 0, self._line
-        while (newline := data.find(b"\n", start)) >= 0:
-            if line + newline - start > self._max_frame:
-                return start
-            start, line = newline + 1, 0
-        if line + len(data) - start > self._max_frame:
-            return start
-        self._line = line + len(data) - start
-        return None
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd in _PIPE_FACTS:
-            self.lost.append(_PIPE_FACTS[fd] if exc is None or fd != 0 else "stdin-broken")
-        if fd == 1:
-            self.stdout_ended = True
-            self.stdout_closed.set()
-        super().pipe_connection_lost(fd, exc)  # a second feed_eof after a cut is harmless
-
-    def process_exited(self) -> None:
-        self.lost.append("exited")
-        super().process_exited()
-        self._exited.set()
 
 
 class ManagedProcess:
@@ -219,7 +53,7 @@ class ManagedProcess:
         self,
         proc: asyncio.subprocess.Process,
         spec: SpawnSpec,
-        protocol: _ChildProtocol,
+        protocol: ChildProtocol,
         enclosure: Enclosure,
     ) -> None:
         self._proc = proc
@@ -229,8 +63,7 @@ class ManagedProcess:
         self.pid = proc.pid
         self._exit: ExitFacts | None = None
         self._exited = anyio.Event()
-        self._stderr_tail: deque[bytes] = deque()
-        self._stderr_tail_size = 0
+        self._stderr_tail = StderrTail(spec.stderr_tail_bytes)
         self._force_kill = False
         self._grace_scope: anyio.CancelScope | None = None
         self._tmpdir: Path | None = None
@@ -244,7 +77,7 @@ class ManagedProcess:
     @classmethod
     async def spawn(cls, spec: SpawnSpec, task_group: TaskGroup) -> ManagedProcess:
         """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
-        _check_program(spec)
+        check_program(spec)
         try:
             if spec.containment.mode == "cgroup":
                 # Off the loop: a leaf's mkdir takes the kernel's cgroup_mutex, which a migration
@@ -258,14 +91,14 @@ class ManagedProcess:
             raise EnclosureFailed(f"could not enclose the run: {exc!r}") from exc
         if enclosure.mode == "process-tree" and spec.subreaper:
             set_subreaper(True)
-        tmpdir = _private_tmpdir(spec, enclosure)
+        tmpdir = private_tmpdir(spec, enclosure)
         env = {**spec.env, HOST_TAG_VARIABLE: str(this_host())}
         if tmpdir is not None:
             env["TMPDIR"] = str(tmpdir)
         try:
-            argv = _command(spec, enclosure, tmpdir)
+            argv = spawn_command(spec, enclosure, tmpdir)
         except BaseException:
-            _release(enclosure, tmpdir)
+            release(enclosure, tmpdir)
             raise
         stderr: int | None = {
             StderrMode.INHERIT: None,
@@ -277,7 +110,7 @@ class ManagedProcess:
         exited = anyio.Event()
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _ChildProtocol(exited, loop, spec.max_frame_bytes),
+                lambda: ChildProtocol(exited, loop, spec.max_frame_bytes),
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -285,10 +118,10 @@ class ManagedProcess:
                 cwd=spawn_cwd(spec.cwd),  # the directory held, when the workspace was pinned
                 env=env,
                 start_new_session=True,
-                preexec_fn=None if pdeathsig_argv() or _shimmed(spec) else pdeathsig_preexec(),
+                preexec_fn=None if pdeathsig_argv() or shimmed(spec) else pdeathsig_preexec(),
             )
         except (OSError, ValueError) as exc:
-            _release(enclosure, tmpdir)
+            release(enclosure, tmpdir)
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         # pinned before anything else: every signal to the child or its group goes through it
@@ -308,7 +141,7 @@ class ManagedProcess:
         task_group.start_soon(managed._watch_exit, exited)
         task_group.start_soon(enclosure.watch)
         if proc.stderr is not None:
-            task_group.start_soon(managed._drain_stderr, proc.stderr)
+            task_group.start_soon(managed._stderr_tail.drain, proc.stderr, proc.pid)
         return managed
 
     async def _watch_exit(self, exited: anyio.Event) -> None:
@@ -325,32 +158,6 @@ class ManagedProcess:
         if not self._protocol.stdout_ended:
             log.debug("child %d exited; its stdout is still held open: ending it", self.pid)
             self._protocol.end_stdout()
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        reader = LineReader(stream, self._spec.stderr_tail_bytes)
-        while True:
-            try:
-                line = await reader.read_line()
-            except FrameTooLarge:
-                # A giant stderr line: keep draining in chunks so the child never blocks.
-                chunk = await stream.read(READ_CHUNK)
-                if not chunk:
-                    return
-                self._keep_tail(chunk)
-                continue
-            if line is None:
-                return
-            self._keep_tail(line + b"\n")
-            if child_log.isEnabledFor(logging.DEBUG):
-                child_log.debug("child %d stderr: %s", self.pid, line[:4096].decode("utf-8", "replace"))
-
-    def _keep_tail(self, data: bytes) -> None:
-        limit = self._spec.stderr_tail_bytes
-        data = data[-limit:]
-        self._stderr_tail.append(data)
-        self._stderr_tail_size += len(data)
-        while self._stderr_tail_size > limit and self._stderr_tail:
-            self._stderr_tail_size -= len(self._stderr_tail.popleft())
 
     # -- facts -------------------------------------------------------------------------
 
@@ -406,7 +213,7 @@ class ManagedProcess:
     @property
     def stderr_tail(self) -> bytes:
         """The last bytes of stderr in ``log`` mode: for the host log, never for a result."""
-        return b"".join(self._stderr_tail)
+        return self._stderr_tail.data
 
     async def wait_exit(self, within: float | None = None) -> ExitFacts | None:
         """The exit facts once the direct child exits, or None if ``within`` seconds pass first."""
@@ -559,82 +366,4 @@ class ManagedProcess:
         return await self._look()
 
 
-def _shimmed(spec: SpawnSpec) -> bool:
-    """Whether the confining shim starts this child (it sets the parent-death signal itself)."""
-    return spec.confinement is not None or is_root()
-
-
-def _command(spec: SpawnSpec, enclosure: Enclosure, tmpdir: Path | None) -> list[str]:
-    """The argv actually spawned: the program, wrapped by whatever must run before it.
-
-    The one place where prefixes are composed.  A plain child: the containment's entry
-    shim, then the parent-death signal (``setpriv``), then the program.  A confined or
-    root child: the confining shim (``_shim.py``) does all of it in one process (enter
-    the groups, the namespaces and cgroup view, the bounding set, the parent-death
-    signal, Landlock), then becomes the program.
-    """
-    if not _shimmed(spec):
-        return enclosure.command([*pdeathsig_argv(), *spec.argv])
-    steps = root_steps(spec.keep_capabilities)
-    steps.append(f"pdeathsig={os.getpid()}")
-    if spec.confinement is not None:
-        assert tmpdir is not None
-        prefixes = program_prefixes(spec.argv[0], spec.env.get("PATH"))
-        steps += landlock_steps(spec.confinement, tmpdir=tmpdir, program_dirs=prefixes)
-    entry = getattr(enclosure, "shim_steps", None)
-    if entry is not None:  # the shim enters the groups too
-        return shim_command([*entry(), *steps], spec.argv)
-    if enclosure.mode == "process-tree" and is_root():  # no group of its own: no cgroup mount to see
-        steps = ["ns=mount", *view_steps(None), *steps]
-    return enclosure.command(shim_command(steps, spec.argv))
-
-
-def _private_tmpdir(spec: SpawnSpec, enclosure: Enclosure) -> Path | None:
-    """A confined run's own ``TMPDIR`` (the only temporary folder it may write), removed with it."""
-    if spec.confinement is None:
-        return None
-    try:
-        return Path(tempfile.mkdtemp(prefix=f"subagent-{spec.run_tag[:12]}-"))
-    except OSError as exc:
-        enclosure.release()
-        raise EnclosureFailed(f"could not make the run's TMPDIR: {exc!r}") from exc
-
-
-def _release(enclosure: Enclosure, tmpdir: Path | None) -> None:
-    enclosure.release()
-    if tmpdir is not None:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def _check_program(spec: SpawnSpec) -> None:
-    """Fail a program that cannot be executed here, with the error ``execve`` would give:
-    an entry shim in front of it would otherwise turn it into an exit status."""
-    program = spec.argv[0]
-    if os.sep in program:
-        where: str | None = os.path.join(spec.cwd, program)
-    else:
-        where = shutil.which(program, path=spec.env.get("PATH", os.defpath))
-    error = _exec_error(where)
-    if error is not None:
-        exc = OSError(error, os.strerror(error), program)
-        raise SpawnFailed(f"could not start {program!r}: {exc!r}") from exc
-
-
-def _exec_error(where: str | None) -> int | None:
-    """The errno ``execve(where)`` would fail with, as far as it can be told beforehand."""
-    if where is None or not os.path.exists(where):
-        return errno.ENOENT
-    if os.path.isdir(where) or not os.access(where, os.X_OK):
-        return errno.EACCES
-    try:
-        with open(where, "rb") as file:
-            magic = file.read(4)
-    except OSError:  # executable but unreadable to us: only execve can tell
-        return None
-    if magic != b"\x7fELF" and not magic.startswith(b"#!"):
-        return errno.ENOEXEC
-    return None
-
-
-home("supervisor", ExitFacts, StderrMode)
-home("supervisor.provider", ManagedProcess, SpawnSpec, SpawnFailed, TeardownReport)
+home("supervisor.provider", ManagedProcess)

@@ -42,7 +42,7 @@ from supervisor.process._keeper_main import (
     tagged_processes,
     wait_cgroup_empty,
 )
-from supervisor.process._limits import v1_homes
+from supervisor.process._limit_support import v1_homes
 from supervisor.process._markers import forget, unfinished_hosts
 
 # How deep under the cgroup mount host groups are looked for, and how many directories at most.

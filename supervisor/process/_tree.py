@@ -50,7 +50,8 @@ import anyio.lowlevel
 
 from supervisor.process._childpin import ChildPin
 from supervisor.process._keeper import keeper_pid
-from supervisor.process._limits import LIMIT_KEYS, NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
+from supervisor.process._limit_support import LIMIT_KEYS
+from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._pinned import signal_if
 from supervisor.process._proctable import TABLE, Table
 

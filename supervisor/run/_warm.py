@@ -50,7 +50,7 @@ from supervisor._seam import SessionPlan, SubagentRequest
 from supervisor.common._logging import raw_failure
 from supervisor.common._waits import first_of
 from supervisor.process import CwdError, resolve_run_cwd
-from supervisor.process._limits import HOST_GROUPS
+from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.run._engine import ProviderRun
 
 log = logging.getLogger("supervisor")
