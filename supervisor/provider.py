@@ -146,10 +146,10 @@ from supervisor.process import SpawnSpec as SpawnSpec
 from supervisor.process import StderrMode as StderrMode
 from supervisor.process import TeardownReport as TeardownReport
 from supervisor.process import child_environment as child_environment
-from supervisor.run._engine import ProviderRun as ProviderRun
-from supervisor.run._engine import RunContext as RunContext
-from supervisor.run._engine import StepFailed as StepFailed
+from supervisor.run._base import ProviderRun as ProviderRun
+from supervisor.run._base import RunContext as RunContext
 from supervisor.run._resume import NotResumable as NotResumable
+from supervisor.run._state import StepFailed as StepFailed
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS as DEFAULT_MAX_INFLIGHT_REQUESTS
 from supervisor.wire import MAX_FRAME_DEPTH as MAX_FRAME_DEPTH
 from supervisor.wire import CloseOnce as CloseOnce

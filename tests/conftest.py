@@ -47,7 +47,7 @@ from supervisor.process import (
     subreaper_enabled,
 )
 from supervisor.process._keeper_main import KEEPER_NAME
-from supervisor.run._engine import ProviderRun
+from supervisor.provider import ProviderRun
 from tests.support.pidfd import pidfds
 from tests.support.pidfd import wait_gone as wait_exited
 

@@ -159,7 +159,7 @@ async def test_an_oom_kill_between_turns_says_which_limit(tmp_path: Path) -> Non
         base = internals(run)
         assert base.process is not None
         await base.process.wait_exit()  # the kernel's kill, while the conversation is idle
-        await base._over_known.wait()  # the base has read why
+        await base._engine.state.over_known.wait()  # the base has read why
         with pytest.raises(ConversationOver) as caught:
             await run.send("again")
     first, second = str(caught.value).split("\n")

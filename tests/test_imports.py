@@ -2,8 +2,8 @@
 at module level, inside functions and under ``TYPE_CHECKING`` alike, read with ``ast``.
 
 An edge goes from a module to each module of ours it names (``from supervisor import
-telemetry`` names the subpackage ``supervisor.telemetry``; ``from supervisor.run._engine import
-X`` names ``supervisor.run._engine``).  A package's ``__init__`` is the package's own node.
+telemetry`` names the subpackage ``supervisor.telemetry``; ``from supervisor.run._base import
+X`` names ``supervisor.run._base``).  A package's ``__init__`` is the package's own node.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ from supervisor.process import (
     containment_for,
     set_subreaper,
 )
-from supervisor.run._engine import ProviderRun
+from supervisor.provider import ProviderRun
 from tests.conftest import CHILDREN, PYTHON, internals, tagged
 from tests.support.reliability import assert_audit_consistent
 from tests.support.scripted import scripted

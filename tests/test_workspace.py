@@ -326,7 +326,7 @@ async def main() -> None:
     run = Provider(config).create_run(SubagentRequest(task="@slow 600000\\nsay hello", parent_cwd=Path.cwd()))
     async with anyio.create_task_group() as tg:
         await run.start(tg, AbortSignal())
-        print(json.dumps({"path": str(run._workspace.checkout.path)}), flush=True)
+        print(json.dumps({"path": str(run._engine.state.workspace.checkout.path)}), flush=True)
         await run.result()
 
 anyio.run(main)

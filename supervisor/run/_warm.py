@@ -51,7 +51,7 @@ from supervisor.common._logging import raw_failure
 from supervisor.common._waits import first_of
 from supervisor.process import CwdError, resolve_run_cwd
 from supervisor.process._host_groups import HOST_GROUPS
-from supervisor.run._engine import ProviderRun
+from supervisor.run._base import ProviderRun
 
 log = logging.getLogger("supervisor")
 
@@ -373,7 +373,8 @@ class WarmPool:
         with anyio.CancelScope() as waiting:
             self._waits.add(waiting)
             try:
-                await first_of(run._settled.wait, run._closed.wait)
+                state = run._engine.state
+                await first_of(state.settled.wait, state.closed.wait)
             finally:
                 self._waits.discard(waiting)
         if waiting.cancelled_caught:  # the pool closed
@@ -405,8 +406,8 @@ def _alive(run: ProviderRun[Any]) -> bool:
         process is None
         or process.exit_facts is not None
         or process.stdout_ended
-        or run._task_error is not None
-        or run._closed.is_set()
+        or run._engine.state.task_error is not None
+        or run._engine.state.closed.is_set()
     ):
         return False
     try:

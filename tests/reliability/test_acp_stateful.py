@@ -50,8 +50,8 @@ from supervisor import (
     TurnInProgress,
 )
 from supervisor._diagnostic import join_lines
+from supervisor.provider import ProviderRun
 from supervisor.providers import acp
-from supervisor.run._engine import ProviderRun
 from tests.support.reliability import (
     acp_child,
     assert_audit_consistent,

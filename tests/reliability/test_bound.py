@@ -49,8 +49,8 @@ from supervisor._errors import StartAborted
 from supervisor.cli._config_file import Entry
 from supervisor.cli._run import _Interruption, _Plan, _report
 from supervisor.process import ManagedProcess
+from supervisor.provider import ProviderRun, RunContext, StepFailed
 from supervisor.providers.acp import Config
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
 from tests.conftest import PYTHON
 from tests.support.reliability import assert_bounded
 from tests.support.unkillable import UnkillableTree, phantom_process

@@ -30,8 +30,8 @@ import anyio
 import pytest
 
 from supervisor import AbortSignal, StartAborted, StartFailed, StopReason, SubagentRequest, SubagentResult
+from supervisor.provider import ProviderRun
 from supervisor.providers import acp, dsh_sdk
-from supervisor.run._engine import ProviderRun
 from tests.support import require_module
 from tests.support.reliability import (
     acp_child,

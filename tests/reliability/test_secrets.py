@@ -44,9 +44,9 @@ from supervisor import (
     supervise,
 )
 from supervisor.process import ExitFacts, child_environment, is_scrubbed
+from supervisor.provider import ProviderRun, RunContext
 from supervisor.providers import acp, dsh_sdk
 from supervisor.providers.acp import AcpRun
-from supervisor.run._engine import ProviderRun, RunContext
 from tests.conftest import CHILDREN, PYTHON
 from tests.support import require_module
 from tests.support.reliability import (

@@ -18,7 +18,7 @@ from supervisor import Capabilities, SessionPlan, StopReason, SubagentRequest, S
 from supervisor._config import ProviderConfig
 from supervisor._diagnostic import FailureFacts
 from supervisor.process import Containment, LineReader
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
+from supervisor.provider import ProviderRun, RunContext, StepFailed
 from tests.conftest import CHILDREN, PYTHON
 
 

@@ -26,9 +26,9 @@ from supervisor._handle import Run
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor._version import distribution_version
+from supervisor.provider import RunContext
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
-from supervisor.run._engine import RunContext
 
 log = logging.getLogger("supervisor")
 

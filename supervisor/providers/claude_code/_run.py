@@ -42,12 +42,12 @@ from supervisor.common import _sdk_logging
 from supervisor.common._logging import raw_failure
 from supervisor.common._waits import first_of
 from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
+from supervisor.provider import ProviderRun, RunContext, StepFailed
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._progress import TOOL_KINDS, TurnTools
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
 from supervisor.run._resume import NotResumable
 from supervisor.wire import CappedText, cap_text
 

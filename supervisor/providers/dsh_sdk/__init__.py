@@ -15,9 +15,9 @@ from machines.dsh_sdk import DSH_SDK_VOCABULARY, MACHINES
 from supervisor._kinds import ProviderKind, Readiness
 from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
 from supervisor.process import Containment
+from supervisor.provider import RunContext
 from supervisor.providers.dsh_sdk._config import MAX_SAFE_INTEGER, Config
 from supervisor.providers.dsh_sdk._run import DshSdkRun
-from supervisor.run._engine import RunContext
 
 CAPABILITIES = Capabilities(conversation=True)
 """No start-time option; a run can converse (the next prompt on its session)."""

@@ -29,6 +29,7 @@ from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
 from supervisor._seam import StopReason, SubagentResult
 from supervisor.common._logging import raw_failure
 from supervisor.common._waits import first_of
+from supervisor.provider import ProviderRun, RunContext, StepFailed
 from supervisor.providers.dsh_sdk._client import DshClient
 from supervisor.providers.dsh_sdk._config import Config
 from supervisor.providers.dsh_sdk._errors import (
@@ -44,7 +45,6 @@ from supervisor.providers.dsh_sdk._fold import (
     TurnProgress,
     new_session_id,
 )
-from supervisor.run._engine import ProviderRun, RunContext, StepFailed
 
 log = logging.getLogger("supervisor")
 
