@@ -4,8 +4,9 @@ The engine (``supervisor.run``: its start, turn and teardown parts) holds one ob
 six hooks and calls each where the fact happens: ``begin`` (the start begins),
 ``published``, ``settled`` (each turn), ``next_turn``, ``start_failed`` and ``end``
 (disposed); ``sink`` wraps the audit trail's sink so every transition is a row as it
-happens.  A run that is not journaled gets :data:`NOOP`, whose hooks do nothing.  Each hook only queues statements on the journal's
-writer thread: nothing here waits on the disk.
+happens.  A run that is not journaled gets :data:`NOOP`, whose hooks do nothing.  Each
+hook only queues statements on the journal's writer thread: nothing here waits on the
+disk.
 
 Nothing model-visible and no child text is written unless the journal keeps text: closed
 facts (ids, states, stop reasons, closed diagnostics, numbers), and the agent's own
