@@ -185,14 +185,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
         limits = Limits(state, self)
         teardown = Teardown(state, self, settlement, limits)
         turns = Turns(state, self, settlement, limits, teardown)
-        self._engine = Engine(
-            state,
-            settlement,
-            limits,
-            teardown,
-            turns,
-            Start(state, self, settlement, limits, teardown, turns),
-        )
+        start = Start(state, self, settlement, limits, teardown, turns)
+        self._engine = Engine(state, settlement, limits, teardown, turns, start)
+        """The engine's parts (the only attribute of the base an author's run does not use)."""
 
     # -- what a caller sees -----------------------------------------------------------
 

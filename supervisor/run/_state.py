@@ -7,13 +7,13 @@ The parts (:mod:`~supervisor.run._settle`, :mod:`~supervisor.run._watch`,
 (:mod:`supervisor.run._base`) builds and holds, one :class:`RunState` between them.  A
 part reaches the author's run only through :class:`Hooks`: the hooks an author fills
 in, the helpers that build closed facts, and the read-only facts a journal and a span
-read.  Nothing here imports a part, so the parts import this module and never each
-other's callers.
+read.  The imports go one way: settle, watch, teardown, turns, start, each handed the
+parts before it when it is built (a later part's work reaches an earlier one only as a
+callback passed in a call); nothing here imports a part.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +111,6 @@ class Hooks(RunFacts, JournaledRun, Protocol):
     ) -> FailureFacts: ...
 
     def resolve_cwd(self, *, category: str | None = None) -> Path: ...
-
-    def fact(self, event: enum.StrEnum) -> None: ...
 
 
 @dataclass(eq=False)

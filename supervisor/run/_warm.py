@@ -1,4 +1,4 @@
-"""Warm children: runs spawned and handshaken before a task exists (SPEC section 23).
+"""Warm children: runs spawned and handshaken before a task exists.
 
 A warm child is a :class:`~supervisor.provider.ProviderRun` whose start is split in two:
 :meth:`~ProviderRun.prestart` spawns it in a leaf of its own with its limits and does the
