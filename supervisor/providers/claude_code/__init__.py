@@ -21,12 +21,16 @@ from pathlib import Path
 
 from machines import TransitionSink
 from machines.claude_code import CLAUDE_CODE_VOCABULARY, MACHINES
-from supervisor._errors import ConfigurationError
-from supervisor._handle import Run
-from supervisor._kinds import ProviderKind, Readiness
-from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
-from supervisor._version import distribution_version
-from supervisor.provider import RunContext
+from supervisor.provider import (
+    Capabilities,
+    ConfigurationError,
+    ProviderKind,
+    Readiness,
+    Run,
+    RunContext,
+    SessionPlan,
+    SubagentRequest,
+)
 from supervisor.providers.claude_code._command import bundled_cli
 from supervisor.providers.claude_code._config import Config, PermissionMode
 
@@ -94,9 +98,17 @@ def readiness() -> Readiness:
     """``subagents doctor``: is claude-agent-sdk (which bundles the CLI) installed?"""
     if importlib.util.find_spec("claude_agent_sdk") is None:
         return Readiness(False, "install the claude-code extra")
-    return Readiness(
-        True, f"claude-agent-sdk {distribution_version('claude-agent-sdk') or 'unknown version'}"
-    )
+    return Readiness(True, f"claude-agent-sdk {_installed_version('claude-agent-sdk') or 'unknown version'}")
+
+
+def _installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None (imported here: ``doctor`` only)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 KIND = ProviderKind(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from supervisor.process import RUN_TAG_VARIABLE, child_environment
+from supervisor.provider import RUN_TAG_VARIABLE, child_environment
 from supervisor.providers.claude_code._config import Config, PermissionMode
 
 # Tools an unattended child must never be offered: they block on a human.

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from supervisor._config import ProviderConfig, resolve_executable
+from supervisor.provider import ProviderConfig, resolve_executable
 
 
 class PermissionMode(enum.StrEnum):

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from claude_agent_sdk import AssistantMessage, ToolResultBlock, ToolUseBlock, UserMessage
 
-from supervisor._seam import Usage
+from supervisor.provider import Usage
 
 TOOL_KINDS: Final = frozenset(
     {

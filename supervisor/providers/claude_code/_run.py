@@ -36,19 +36,29 @@ from claude_agent_sdk import (
 )
 
 from machines.claude_code import CLAUDE_CODE_VOCABULARY, ClaudeCodeEvent, ClaudeCodeLifecycle
-from supervisor._diagnostic import FailureFacts, join_lines
-from supervisor._seam import StopReason, SubagentResult, Usage
-from supervisor.common import _sdk_logging
-from supervisor.common._logging import raw_failure
-from supervisor.common._waits import first_of
-from supervisor.process import ExitFacts, ManagedProcess, SpawnFailed
-from supervisor.provider import ProviderRun, RunContext, StepFailed
+from supervisor.provider import (
+    ExitFacts,
+    FailureFacts,
+    ManagedProcess,
+    NotResumable,
+    ProviderRun,
+    RunContext,
+    SpawnFailed,
+    StepFailed,
+    StopReason,
+    SubagentResult,
+    Usage,
+    first_of,
+    join_lines,
+    raw_failure,
+    route_sdk_logging,
+    sdk_logging_routed,
+)
 from supervisor.providers.claude_code._command import asks_permission_over_stdio, cli_argv, cli_environment
 from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._progress import TOOL_KINDS, TurnTools
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
-from supervisor.run._resume import NotResumable
 from supervisor.wire import CappedText, cap_text
 
 log = logging.getLogger("supervisor")
@@ -119,10 +129,10 @@ class ClaudeCodeRun(ProviderRun[Config]):
             max_inflight_requests=config.max_inflight_requests,
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
-        _sdk_logging.route_sdk_logging(CLAUDE_SDK_MODULES, "logger")
+        route_sdk_logging(CLAUDE_SDK_MODULES, "logger")
         try:
             # A CLI whose stdout ended can never answer ``initialize``: as good as exited.
-            with _sdk_logging.sdk_logging_routed():  # the SDK's tasks for this client log to supervisor.child
+            with sdk_logging_routed():  # the SDK's tasks for this client log to supervisor.child
                 outcome = await self._unless_exited(self._client.connect, drain=0, or_output_end=True)
         except SpawnFailed as exc:
             raise StepFailed(self.failure("unknown")) from exc
@@ -170,7 +180,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     async def drive(self) -> SubagentResult:
         try:
-            with _sdk_logging.sdk_logging_routed():
+            with sdk_logging_routed():
                 outcome = await self._unless_exited(self._converse, drain=EXIT_DRAIN_SECONDS)
         except Exception as exc:
             log.warning("run %s: the Claude Code conversation failed", self.id)

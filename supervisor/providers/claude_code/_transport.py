@@ -27,8 +27,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import CLIConnectionError, Transport
 
-from supervisor.common._logging import raw_failure
-from supervisor.process import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec
+from supervisor.provider import FrameTooLarge, LineReader, ManagedProcess, SpawnSpec, raw_failure
 from supervisor.wire import DEFAULT_MAX_INFLIGHT_REQUESTS, InboundRequests, parse_frame
 
 log = logging.getLogger("supervisor")
