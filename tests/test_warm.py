@@ -12,16 +12,19 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import psutil
 import pytest
 
+from machines import TransitionSink
 from supervisor import InvalidRequest, NoProvider, Registry, StartFailed, StopReason, SubagentRequest
 from supervisor.process import Limits
 from supervisor.process._host_groups import HOST_GROUPS
-from supervisor.providers.acp import Config, Provider, example_agent_config
-from supervisor.run._warm import WarmKey, _digest
+from supervisor.provider import RunContext, SessionPlan
+from supervisor.providers.acp import AcpRun, Config, Provider, example_agent_config
+from supervisor.run._warm import WARM_TASK, WarmKey, _digest
 from tests.conftest import internals, tagged
 
 pytestmark = pytest.mark.anyio
@@ -300,3 +303,52 @@ async def test_a_local_batch_warms_ahead_of_its_queue_and_ends_what_it_kept(tmp_
     assert registry.warm_target("acp", tmp_path) == 0  # back to the caller's count
     assert ready(registry, tmp_path) == 0
     await registry.aclose()
+
+
+class SetUpAcpRun(AcpRun):
+    """An ACP run with setup of its own for a warm child (``warm_up``): it records what
+    the child was when the pool called it, or fails."""
+
+    calls: ClassVar[list[tuple[str, str]]] = []
+    fails: ClassVar[bool] = False
+
+    async def warm_up(self) -> None:
+        type(self).calls.append((self.task, self.stage))
+        if type(self).fails:
+            raise RuntimeError("the setup request failed")
+
+
+class SetUpProvider(Provider):
+    def create_run(
+        self,
+        request: SubagentRequest,
+        *,
+        trace: TransitionSink | None = None,
+        session: SessionPlan | None = None,
+    ) -> AcpRun:
+        return SetUpAcpRun(RunContext(self.name, self.config, request, trace, session=session))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_a_warm_childs_own_setup_runs_once_before_it_is_ready_and_never_for_a_cold_run(
+    tmp_path: Path, fails: bool
+) -> None:
+    SetUpAcpRun.calls, SetUpAcpRun.fails = [], fails
+    other = tmp_path / "other"
+    other.mkdir()
+    registry = Registry()
+    registry.register(SetUpProvider(example_agent_config()))
+    async with registry:
+        await registry.prestart("acp", 1, cwd=tmp_path)
+        # called once, on the handshaken child, before it was ready and with no task yet;
+        # a setup that fails is only a lost speed-up: the child is kept and serves a run
+        assert SetUpAcpRun.calls == [(WARM_TASK, "prompt")]
+        (waiting,) = warm_runs(registry, tmp_path)
+        async with registry.run("acp", request(tmp_path)) as run:
+            assert run.id == waiting
+            result = await run.result()
+        assert result.output == "Hello! You asked: what is 2+2"
+        async with registry.run("acp", request(other)) as cold:  # no warm child for that cwd
+            assert (await cold.result()).stop_reason == StopReason.COMPLETED
+        await until(lambda: ready(registry, tmp_path) == 1)  # the refill is set up too
+        assert SetUpAcpRun.calls == [(WARM_TASK, "prompt")] * 2

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -308,6 +308,7 @@ class WarmPool:
                 raise InvalidRequest(f'subagent provider "{key.provider}" cannot be prestarted')
             run: ProviderRun[Any] = built
             await run.prestart(self._task_group)
+            await warm_up(run)
         except (StartFailed, StartAborted, ProviderUnusable, InvalidRequest) as exc:
             slot.starting -= 1
             slot.failures += 1
@@ -395,6 +396,38 @@ class WarmPool:
             await _end(run)
         finally:
             self._ending.discard(run)
+
+
+@runtime_checkable
+class WarmsUp(Protocol):
+    """A run with setup of its own to do once its handshake is done, before it waits.
+
+    A provider's run defines ``warm_up()`` when its peer does work at a session's first
+    prompt that a request the peer needs anyway, or a harmless one, can start ahead
+    (the pool calls it on warm children only).  It must not send anything of a task (a
+    warm child has none yet) and must leave the session as a cold start would leave it:
+    no message added to it, nothing a later run could see.
+    """
+
+    async def warm_up(self) -> None: ...
+
+
+async def warm_up(run: ProviderRun[Any]) -> None:
+    """Run a warm child's own setup (:class:`WarmsUp`), bounded by its ``start_timeout_ms``.
+
+    Only a speed-up: a setup that fails or overruns is logged and the child is kept as
+    it is (a child that died meanwhile is never handed out: :func:`_alive`).
+    """
+    if not isinstance(run, WarmsUp):
+        return
+    with anyio.move_on_after(run.config.start_timeout) as overran:
+        try:
+            await run.warm_up()
+        except Exception as exc:
+            log.info("run %s: a warm child's setup failed; kept as it is", run.id)
+            raw_failure("run %s: the raw setup failure", run.id, exc=exc)
+    if overran.cancelled_caught:
+        log.info("run %s: a warm child's setup overran start_timeout_ms; kept as it is", run.id)
 
 
 def _alive(run: ProviderRun[Any]) -> bool:

@@ -147,6 +147,21 @@ class ClaudeCodeRun(ProviderRun[Config]):
             return
         self.fact(ClaudeCodeEvent.INITIALIZED)
 
+    async def warm_up(self) -> None:
+        """A warm child's setup (``supervisor.run._warm``): ask the CLI for its context usage.
+
+        To answer, the CLI builds what it otherwise builds at a session's first user
+        message: its system prompt and tool schemas, and its API client (the auth check,
+        the TLS agent) to count their tokens.  A run taking this child then pays none of
+        that at its first prompt.  The request is a read: it carries no text of any task
+        and adds no message to the session.  It costs the model's ``count_tokens``
+        endpoint a score of small requests (no model turn, nothing billed as one).
+        """
+        assert self._client is not None
+        client = self._client
+        with _sdk_logging.routed():
+            await self._unless_exited(client.get_context_usage, drain=0, or_output_end=True)
+
     def _refused(self, resume: str | None) -> None:
         """A resume the CLI gave up on before any turn (an error result with no turn: it has
         no such session here) is :class:`NotResumable`; any other start failure is not."""

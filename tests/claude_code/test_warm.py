@@ -1,0 +1,56 @@
+"""A warm Claude Code CLI (warm starts): the real bundled CLI, the mock model on 127.0.0.1.
+
+Besides its start and the SDK's ``initialize``, a warm CLI is asked for its context usage
+before any task exists: answering it, the CLI builds its system prompt, its tool schemas
+and its API client (token counts go to the mock's ``count_tokens``), which it would
+otherwise build at the run's first prompt.  Nothing of that reaches the session: the
+run's first model request carries the task as the session's only user message.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor import Registry, StopReason, SubagentRequest
+from tests.claude_code.conftest import ClaudeHome, claude_provider
+from tests.conftest import tagged
+from tests.mockmodel import MockModelServer, Text
+
+pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
+
+
+def counted(server: MockModelServer) -> int:
+    return sum(1 for seen in server.requests if seen.path.endswith("/count_tokens"))
+
+
+async def test_a_warm_cli_is_set_up_before_its_task_and_its_session_stays_untouched(
+    claude_home: ClaudeHome, mock_model: MockModelServer
+) -> None:
+    mock_model.script(Text("warm answer"), Text("second answer"))
+    registry = Registry()
+    registry.register(claude_provider(claude_home, mock_model))
+    async with registry:
+        await registry.prestart("claude-code", 1, cwd=claude_home.work)
+        assert registry._warm is not None
+        (slot,) = registry._warm._slots.values()
+        (waiting,) = [run.id for run in slot.ready]
+        # the setup ran before the child was ready: its token counts, and no model turn
+        assert counted(mock_model) > 0
+        assert mock_model.model_requests == []
+        request = SubagentRequest(task="turn one", parent_cwd=claude_home.work)
+        async with registry.run("claude-code", request, conversation=True) as run:
+            assert run.id == waiting
+            first = await run.result()
+            second = await run.send("turn two")
+    assert (first.output, first.stop_reason) == ("warm answer", StopReason.COMPLETED)
+    assert second.output == "second answer"
+    assert run.quiescent is True
+    assert tagged(run.id) == []
+    turn_one, turn_two = mock_model.model_requests
+    said = turn_one.user_texts()
+    assert len(said) == 1  # the task is the session's first user message: no setup turn before it
+    assert said[0].endswith("turn one")
+    assert [text for text in turn_two.user_texts() if text.endswith(("turn one", "turn two"))] == [
+        said[0],
+        turn_two.user_texts()[-1],
+    ]
