@@ -159,7 +159,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
         """
         assert self._client is not None
         client = self._client
-        with _sdk_logging.sdk_logging_routed():
+        with sdk_logging_routed():
             await self._unless_exited(client.get_context_usage, drain=0, or_output_end=True)
 
     def _refused(self, resume: str | None) -> None:
