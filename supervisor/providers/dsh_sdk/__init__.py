@@ -12,10 +12,15 @@ from __future__ import annotations
 
 from machines import TransitionSink
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, MACHINES
-from supervisor._kinds import ProviderKind, Readiness
-from supervisor._seam import Capabilities, SessionPlan, SubagentRequest
-from supervisor.process import Containment
-from supervisor.provider import RunContext
+from supervisor.provider import (
+    Capabilities,
+    Containment,
+    ProviderKind,
+    Readiness,
+    RunContext,
+    SessionPlan,
+    SubagentRequest,
+)
 from supervisor.providers.dsh_sdk._config import MAX_SAFE_INTEGER, Config
 from supervisor.providers.dsh_sdk._run import DshSdkRun
 

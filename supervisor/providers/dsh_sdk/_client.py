@@ -19,6 +19,7 @@ Errors are :mod:`._errors`, the turn fold :mod:`._fold`, the byte streams :mod:`
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,8 +31,7 @@ from typing import Any, Final, Self, TypeVar
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from supervisor.common._logging import child_log
-from supervisor.process import DEFAULT_MAX_FRAME_BYTES
+from supervisor.provider import DEFAULT_MAX_FRAME_BYTES
 from supervisor.providers.dsh_sdk._errors import (
     DshError,
     DshProtocolError,
@@ -72,6 +72,9 @@ from supervisor.wire import (
     is_request_id,
     parse_frame,
 )
+
+# Where text the child sent goes: DEBUG only (the package's filter cleans it there).
+child_log = logging.getLogger("supervisor.child")
 
 __all__ = ["SERVER_NAME", "DshClient"]
 

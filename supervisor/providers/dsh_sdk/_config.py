@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from supervisor._config import CommandConfig, check_timer_ms
+from supervisor.provider import CommandConfig, check_timer_ms
 
 MAX_SAFE_INTEGER = 2**53 - 1
 

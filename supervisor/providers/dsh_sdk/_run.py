@@ -26,10 +26,15 @@ import logging
 from typing import Final
 
 from machines.dsh_sdk import DSH_SDK_VOCABULARY, DshSdkEvent, DshSdkLifecycle
-from supervisor._seam import StopReason, SubagentResult
-from supervisor.common._logging import raw_failure
-from supervisor.common._waits import first_of
-from supervisor.provider import ProviderRun, RunContext, StepFailed
+from supervisor.provider import (
+    ProviderRun,
+    RunContext,
+    StepFailed,
+    StopReason,
+    SubagentResult,
+    first_of,
+    raw_failure,
+)
 from supervisor.providers.dsh_sdk._client import DshClient
 from supervisor.providers.dsh_sdk._config import Config
 from supervisor.providers.dsh_sdk._errors import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from supervisor.process import FrameTooLarge, LineReader
+from supervisor.provider import FrameTooLarge, LineReader
 from supervisor.providers.dsh_sdk._errors import DshProtocolError
 
 __all__ = ["AsyncioLineReader", "AsyncioLineWriter", "LineSink", "LineSource"]
