@@ -6,7 +6,7 @@ the baseline spawns the same child with ``asyncio.create_subprocess_exec`` and d
 the same two requests with ``acp.connect_to_agent`` directly (no supervision).
 Each round measures the raw SDK and the provider in each containment mode available
 (``cgroup``, ``process-tree``), one after another; ``BENCH_CONTAINMENT`` picks one mode.
-Goals (SPEC 19): provider / raw SDK <= 1.05 in ``process-tree`` mode, <= 1.25 in ``cgroup``
+Goals: provider / raw SDK <= 1.05 in ``process-tree`` mode, <= 1.25 in ``cgroup``
 mode (ratio of medians).  ``BENCH_PAIRS`` rounds (default 30).
 ``BENCH_CHILD=codex-acp`` measures the real codex-acp agent (``npm ci`` in tests/)
 against the tests' mock model server instead of the built-in example agent.

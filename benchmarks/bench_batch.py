@@ -12,7 +12,7 @@ time (``concurrency=1``) and then N/10 runs at full concurrency, interleaved:
   the runs' slowdown from sharing the CPUs and leaves the batch's own scheduling;
 - this process's RSS (the batch's parent), sampled after every 100 records.
 
-Goal (SPEC 19): batch / ideal <= 1.15.  The load average is printed before and after.
+Goal: batch / ideal <= 1.15.  The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ async def main(n: int) -> None:
     print(f"single run alone: mean per round {min(singles) * 1000:.1f} .. {max(singles) * 1000:.1f} ms")
     verdict = "met" if wall / ideal <= 1.15 else "NOT met"
     print(f"batch wall {wall:.2f} s; ideal {ideal:.2f} s; batch / ideal = {wall / ideal:.3f}")
-    print(f"goal (SPEC 19): batch / ideal <= 1.15: {verdict}")
+    print(f"goal: batch / ideal <= 1.15: {verdict}")
     print(f"against the batch's own run walls: {own:.2f} s; batch / that = {wall / own:.3f}")
     print(f"parent RSS MiB every 100 records: {' '.join(f'{v:.1f}' for v in rss)}")
     print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -1,4 +1,5 @@
-"""Cold start: what a harness feels first (SPEC 19).  Run: ``python -m benchmarks.bench_cold_start``.
+"""Cold start: what a harness feels first (no SDK is imported before it is needed).
+Run: ``python -m benchmarks.bench_cold_start``.
 
 Each command is a fresh process, measured against its reference in the same run,
 interleaved, ``BENCH_ROUNDS`` times (default 15); the figures are medians of wall time:

@@ -1,4 +1,4 @@
-"""What confinement and the root child cost a spawn (SPEC 22).  Run: ``python -m benchmarks.bench_confine``.
+"""What confinement and the root child cost a spawn.  Run: ``python -m benchmarks.bench_confine``.
 
 Spawn to ``initialize``: from :meth:`ManagedProcess.spawn` to the child's answer to an
 ACP ``initialize`` request on stdout, through the real process layer (cgroup leaf,

@@ -15,7 +15,7 @@ and wall time (of the whole batch, divided by N), the ratios to the baseline, an
 spurious escalations: runs whose audit shows ``eof_grace_expired`` although the
 example agent exits at stdin EOF at once.
 
-Goals (SPEC 19), printed with a verdict at the end: parent CPU per run <= 3x the baseline
+Goals, printed with a verdict at the end: parent CPU per run <= 3x the baseline
 at N = 1 and N = 100, wall per run <= 1.25x at N = 100.  The machine's load average is
 printed before and after: ratios taken while other work loads the cores are noisy.
 """
@@ -166,8 +166,8 @@ CPU_GOAL, WALL_GOAL = 3.0, 1.25
 
 
 def verdicts(figures: dict[int, dict[str, tuple[float, float, int]]]) -> None:
-    """The SPEC 19 goals against the levels measured."""
-    print("\ngoals (SPEC 19):")
+    """The goals (in the module's docstring) against the levels measured."""
+    print("\ngoals:")
     for n, wall_too in ((1, False), (100, True)):
         if n not in figures:
             continue

@@ -6,7 +6,7 @@ loop's longest stall while a large batch journals (run: python -m benchmarks.ben
    round (on, off, off, on, ...) so the machine's drift hits both alike.  N = 1 (one run)
    and N = 100 (100 runs at concurrency = CPU count).  The figure is this process's own
    CPU time (``time.process_time``: the event loop *and* the journal's writer
-   thread; the children are not counted) over the runs.  Goal (SPEC 21): on / off <=
+   thread; the children are not counted) over the runs.  Goal: on / off <=
    1.10 (ratio of medians) at both N.
 2. **Loop stall.**  First the journal's own writes for 10,000 runs (the hooks each run
    calls, without the runs), then a batch of ``BENCH_STALL_N`` (default 10,000) real runs, on and off, with

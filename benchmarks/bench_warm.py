@@ -11,7 +11,7 @@ Each round times three things, each to the first answer (the settled first turn)
   turn untimed): what a prompt costs on a child that is already running.
 
 Before each timed part the pool's refill (started once the warm run's first turn
-settled) is waited for, so no spawn competes with a timed part.  The goal (SPEC 23):
+settled) is waited for, so no spawn competes with a timed part.  The goal:
 warm <= 1.10x the second turn for the example agent, <= 1.25x for codex-acp,
 claude-agent-acp, the Codex app-server and the Claude Code CLI.
 

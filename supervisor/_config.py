@@ -144,7 +144,8 @@ class ProviderConfig(BaseModel):
     max_inflight_requests: int = Field(default=DEFAULT_MAX_INFLIGHT_REQUESTS, gt=0)
     cgroup_root: Path | None = None
     containment: ContainmentMode = ContainmentMode.AUTO  # after cgroup_root: its check reads it
-    # Limits (SPEC section 15), after containment: their checks read it.
+    # Limits (a limit that cannot be enforced here is a configuration error), after containment:
+    # their checks read it.
     memory_max: Annotated[int | None, BeforeValidator(_memory)] = None
     """Bytes; a string takes a binary unit (``"512M"``, ``"2G"``)."""
     pids_max: int | None = None
@@ -155,7 +156,8 @@ class ProviderConfig(BaseModel):
     """A turn's wall time, from spawn (or send) to settlement."""
     stall_timeout_ms: float | None = None
     """How long the child may write nothing on stdout while its whole tree uses no CPU."""
-    # Confinement (SPEC section 22), in this order: the paths' checks read ``confine``.
+    # Confinement (what the child may read and write), in this order: the paths' checks read
+    # ``confine``.
     confine: bool = False
     """The run's tree may write only in its workspace, its own TMPDIR and ``writable``, and
     read only the system, the workspace and ``readable`` (Landlock; an error where the
@@ -166,7 +168,7 @@ class ProviderConfig(BaseModel):
     """Folders (or files) a confined run may also read and execute."""
     keep_capabilities: list[str] = Field(default_factory=list)
     """Capabilities a root child keeps beyond the default set (``net_raw``, ``sys_ptrace``...)."""
-    # Workspaces (SPEC section 22).
+    # Workspaces (where the child works: the given cwd, or a worktree of its own).
     workspace: WorkspaceMode = WorkspaceMode.SHARED
     """``worktree``: the run gets a detached git worktree of its own at ``workspace_base``."""
     workspace_base: str = "HEAD"

@@ -35,8 +35,8 @@ class Run(Protocol):
 
     @property
     def agent_session_id(self) -> str | None:
-        """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
-        ``session_id``) once its session exists, bounded printable; None before, or when
+        """The agent's own session id (ACP's ``sessionId``, or whatever id the kind's
+        protocol gives a session) once its session exists, bounded printable; None before, or when
         the agent's id is unusable.  Host-side only (a journal keeps it to resume the
         session later): never in a result, a diagnostic, a span or a log at INFO."""
         ...

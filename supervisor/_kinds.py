@@ -5,7 +5,7 @@ four built-in kinds as for a third party::
 
     [project.entry-points."subagent_supervisor.providers"]
     my-agent = "my_agent_provider:KIND"
-    needs-sdk = "supervisor.providers.claude_code:KIND [claude-code]"   # needs an extra
+    needs-sdk = "my_agent_provider.sdk:KIND [sdk]"   # needs an extra
 
 The entry point names a :class:`ProviderKind`: the kind's TOML keys (``config``), how
 to build a provider from them (``provider``), its closed vocabulary, the capabilities
@@ -47,8 +47,8 @@ ConfigT = TypeVar("ConfigT", bound=ProviderConfig)
 class Readiness:
     """A kind's answer to ``subagents doctor``: whether what it needs is here.
 
-    ``detail`` is one line for a person: what was found (``claude-agent-sdk 0.2.189``)
-    or what to do (``install the codex extra, or set codex_path``).
+    ``detail`` is one line for a person: what was found (``some-agent-sdk 1.2.3``) or
+    what to do (``install the sdk extra, or set agent_path``).
     """
 
     ok: bool

@@ -131,8 +131,8 @@ class Registry:
     """Providers by name.  Runs already handed out stay valid after ``unregister``.
 
     ``journal`` (a path, or a :class:`~supervisor.Journal`) writes every run this registry
-    creates to that journal (SPEC section 21); a journal that cannot be written says so
-    once in the host log and the runs go on unjournaled.
+    creates to that journal (so a conversation can be resumed by a later process); a journal
+    that cannot be written says so once in the host log and the runs go on unjournaled.
     """
 
     def __init__(self, *, journal: Journal | str | os.PathLike[str] | None = None) -> None:
@@ -344,7 +344,7 @@ class Registry:
         abort: AbortSignal | None = None,
         trace: TransitionSink | None = None,
     ) -> AsyncIterator[Run]:
-        """Reopen a journaled conversation in a new child (a cold resume, SPEC 21): the
+        """Reopen a journaled conversation in a new child (a cold resume): the
         same provider, kind and config, in the same cwd, continuing the agent's own
         session; ``async with`` like :meth:`run`.
 

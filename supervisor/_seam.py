@@ -62,14 +62,14 @@ class SessionPlan:
     """The run takes this id instead of minting one: a resumed conversation keeps the
     journaled run id."""
     resume: str | None = None
-    """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
-    ``session_id``) to continue instead of opening a new session.  Host-side only."""
+    """The agent's own session id (ACP's ``sessionId``, or whatever id the kind's protocol
+    gives a session) to continue instead of opening a new session.  Host-side only."""
     turns_before: int = 0
     """How many turns the conversation already had (an interrupted one counted): a
     resumed run is published idle with ``run.turn == turns_before``."""
     keep: bool = False
     """Open the session so that it can be resumed after this process is gone (the run
-    is journaled: e.g. a Codex thread is started non-ephemeral)."""
+    is journaled: e.g. an agent that forgets a session unless told to keep it is told)."""
 
 
 class SubagentRequest(BaseModel):
@@ -290,8 +290,9 @@ class Progress:
     elapsed_ms: int
     """Milliseconds since the turn began (frozen once it settled)."""
     tool_calls: ProgressCounts = NO_COUNTS
-    """Tool calls by kind (the provider's closed set: ACP's ``ToolKind``, the Codex
-    app-server's item types, Claude Code's built-in tool names; ``other`` for the rest)."""
+    """Tool calls by kind (the provider's closed set: ACP's ``ToolKind`` by default, or the
+    kind's own ``tool_kinds``, e.g. its protocol's item types or its agent's tool names;
+    ``other`` for the rest)."""
     tool_call_status: ProgressCounts = NO_COUNTS
     """The same calls by their latest status (:data:`TOOL_CALL_STATUSES`)."""
     permissions: ProgressCounts = NO_COUNTS

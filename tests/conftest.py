@@ -57,7 +57,7 @@ pytest.register_assert_rewrite("tests.support.reliability")
 SESSION_VARIABLE = "SUBAGENT_TEST_SESSION"
 SESSION_TAG = uuid.uuid4().hex
 os.environ[SESSION_VARIABLE] = SESSION_TAG
-# Every run is journaled by default (SPEC 21): the commands the tests start write to a
+# Every run is journaled by default: the commands the tests start write to a
 # journal of this session's own, never to the user's $XDG_STATE_HOME.
 _STATE_HOME = tempfile.mkdtemp(prefix="subagents-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE_HOME

@@ -1,4 +1,5 @@
-"""``subagents batch`` with hostile input and a hostile output (SPEC 18): real CLI processes.
+"""``subagents batch`` with hostile input and a hostile output (one clear error, never a traceback):
+real CLI processes.
 
 * A line that is not UTF-8 is one error record; the batch goes on.
 * JSONL is split on ``\\n`` only: U+2028, U+2029 and U+0085 are legal inside JSON strings.

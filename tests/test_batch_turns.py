@@ -1,4 +1,5 @@
-"""Batch items that converse (SPEC 16): ``turns`` after the ``task``, every turn in the record.
+"""Batch items that converse (one turn at a time, on one child): ``turns`` after the ``task``, every
+turn in the record.
 
 Real CLI processes and the real example ACP agent (it remembers its session, so ``@recall``
 proves the turns reached the same child); the Python API with the scripted provider for

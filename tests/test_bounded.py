@@ -1,4 +1,5 @@
-"""Bounded runs with real processes (SPEC section 15): memory, processes, CPU, time, silence.
+"""Bounded runs with real processes (every limit enforced by the kernel or refused): memory,
+processes, CPU, time, silence.
 
 The kernel limits run on the real kernel: on this kind of host (hybrid: the memory, pids
 and cpu controllers are cgroup v1 hierarchies) that is the v1 path; the v2 file

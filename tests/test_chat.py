@@ -1,5 +1,5 @@
 """``subagents chat`` as a user runs it: a real CLI process, the real example ACP agent, real
-stdio, and a real pseudo-terminal for the prompt and Ctrl-C (SPEC 16).
+stdio, and a real pseudo-terminal for the prompt and Ctrl-C.
 
 The example agent remembers its session, so ``@recall`` proves every line reached the same
 child; ``@slow MS`` keeps a turn running until it is cancelled; ``@exit N`` kills the

@@ -1,4 +1,5 @@
-"""Cold start is pinned by what gets imported, never by a clock (SPEC 19).
+"""Cold start is pinned by what gets imported, never by a clock (a clock flakes on a loaded machine;
+an import list does not).
 
 Each check runs a fresh interpreter and reads ``sys.modules``: ``import supervisor`` pulls in
 no front-end, no protocol SDK and no OpenTelemetry, even once the core names are used; the

@@ -1,4 +1,5 @@
-"""Conversations in the base run (SPEC 16), over the scripted provider's real child.
+"""Conversations in the base run (one turn at a time, the child kept between turns), over the
+scripted provider's real child.
 
 The line agent answers every later line as the next turn (``do:wait`` waits for a
 ``cancel`` line, ``do:exit:N`` exits mid-turn, ``do:hang`` never ends the turn), so

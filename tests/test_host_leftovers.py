@@ -1,4 +1,4 @@
-"""Nothing of a host outlives it (issue 31 items 3 and 4, SPEC sections 15, 18, 24), with real
+"""Nothing of a host outlives it (issue 31 items 3 and 4: no stray process, cgroup or file), with real
 processes: each test failed before its fix.
 
 * A host with a ceiling SIGKILLed mid-run (``subagents batch --max-pids 200``) left its host

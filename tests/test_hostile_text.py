@@ -1,4 +1,5 @@
-"""Hostile child text never breaks a promise (SPEC 18): the real CLI, the scripted ACP child.
+"""Hostile child text never breaks a promise (it never reaches a diagnostic, and never crashes a
+front-end): the real CLI, the scripted ACP child.
 
 * A lone surrogate (the JSON escape ``\\ud800`` a JavaScript agent emits when it cuts an
   emoji in half) becomes U+FFFD in every output; nothing crashes.

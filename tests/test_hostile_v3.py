@@ -1,5 +1,5 @@
-"""The fourth hostile probe (SPEC section 24), with real processes: each test failed
-before its fix.
+"""The fourth hostile probe (the README's promises tried as a hostile child, client or user), with
+real processes: each test failed before its fix.
 
 * A host ceiling over a ``process-tree`` entry was silently ignored (a 300 MiB run under
   ``--max-memory 64M`` completed, exit 0): it is a configuration error now, in ``batch``,

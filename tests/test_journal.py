@@ -1,6 +1,7 @@
-"""The journal (SPEC 21) as a user meets it: real ``subagents`` processes, the real example
-ACP agent, a real SQLite file; supervising processes SIGKILLed at random moments, several
-writing at once, and a corrupt, foreign, read-only or full journal.
+"""The journal (every run recorded, so a conversation can be resumed later) as a user meets it: real
+``subagents`` processes, the real example ACP agent, a real SQLite file; supervising processes
+SIGKILLed at random moments, several writing at once, and a corrupt, foreign, read-only or full
+journal.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Cold resume from the journal (SPEC 21): ``Registry.resume``, ``subagents chat --resume`` and
-its refusals, with the built-in example agent keeping its sessions on disk (real processes)."""
+"""Cold resume from the journal (a conversation continued by a later process): ``Registry.resume``,
+``subagents chat --resume`` and its refusals, with the built-in example agent keeping its sessions
+on disk (real processes)."""
 
 from __future__ import annotations
 

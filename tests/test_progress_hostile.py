@@ -1,4 +1,5 @@
-"""Progress never carries child text (SPEC 20): hostile scripted children of every kind.
+"""Progress never carries child text (closed values and numbers only): hostile scripted children of
+every kind.
 
 Each example draws the child's updates (tool calls, their updates, plans, usage, answer
 text, permission requests) with every string field carrying :data:`MARK`, and every

@@ -1,4 +1,5 @@
-"""Warm children (SPEC section 23) against the built-in example agent: real processes.
+"""Warm children (spawned and handshaken before their task) against the built-in example agent: real
+processes.
 
 A warm child is spawned and handshaken (ACP ``initialize`` and ``session/new``) before
 any task exists; a run of the same provider, config and cwd takes it and starts at its

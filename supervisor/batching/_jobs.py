@@ -40,7 +40,7 @@ class BatchItem(BaseModel):
     """One input line: ``{"id", "task", "turns"?, "provider"?, "cwd"?}``.
 
     ``turns``: the tasks of the turns after ``task``, sent one at a time to the same child
-    (a conversation, SPEC section 16); present (even empty), the record carries ``turns``.
+    (a conversation: one turn at a time); present (even empty), the record carries ``turns``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)

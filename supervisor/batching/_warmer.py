@@ -1,4 +1,4 @@
-"""A local batch warms ahead of its queue (SPEC section 23).
+"""A local batch warms ahead of its queue: its first items take children already started.
 
 Before its workers start, the batch asks the registry to keep ``concurrency`` warm
 children of its default provider in its default cwd (the key most items share), and

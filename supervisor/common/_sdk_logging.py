@@ -6,8 +6,8 @@ such as ``logging.exception("Unhandled error while handling notification
 method=%s", method, exc_info=exc)``; the first module-level ``logging.exception``
 call on a process whose root logger has no handler runs ``logging.basicConfig()``, so
 a handler appears on the embedder's root logger and the child's text lands on
-stderr.  ``claude-agent-sdk`` logs parse failures quoting the CLI's frames at ERROR
-through its module loggers, which reach stderr through logging's last-resort handler.
+stderr.  An SDK that logs parse failures quoting the child's frames at ERROR through
+its module loggers reaches stderr through logging's last-resort handler.
 
 A filter or a handler cannot prevent that ``basicConfig()`` call, and touching the
 root logger (or the SDK's loggers) would change the embedder's logging configuration.

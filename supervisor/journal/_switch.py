@@ -43,7 +43,7 @@ def using(journal: Journal | None) -> Iterator[None]:
 def keep_plan(provider: object) -> SessionPlan | None:
     """``SessionPlan(keep=True)`` for a run created now of a kind that can resume, when it
     is journaled: its session is opened so that it can be resumed after this process is
-    gone (a Codex thread is started non-ephemeral); else None."""
+    gone (an agent that forgets a session unless told to keep it is told); else None."""
     journal = current()
     if journal is None or not journal.writing:
         return None

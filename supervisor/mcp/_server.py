@@ -305,7 +305,7 @@ class SubagentTools:
             self._desk.cancel(entry)
 
     async def _resume(self, run_id: str) -> None:
-        """A cold resume of a journaled conversation (SPEC 21), before its first send: the
+        """A cold resume of a journaled conversation, before its first send: the
         same checks as ``Registry.resume`` plus the server's roots for its cwd; a run no
         journal holds is the usual unknown run."""
         journal = self._settings.registry.journal or _journal.current()

@@ -1,5 +1,5 @@
 """What this host can enforce, and the host ceiling: one limit over all the runs of this
-process (SPEC section 15).
+process (a limit that cannot be enforced is a configuration error, never silently unlimited).
 
 Per-run limits alone let N runs overcommit the host together.  The ceiling is set on
 this process's *host group* (``subagents-<pid>-<start>``, the parent of every run's
@@ -100,7 +100,7 @@ def uncovered_reason(tree: Containment) -> str | None:
 
 def refuse_uncovered(tree: Containment, provider_name: str) -> None:
     """Raise :class:`~supervisor.ConfigurationError` for a run the host ceiling cannot bound
-    (SPEC section 15: a limit that cannot be enforced is a configuration error)."""
+    (a limit that cannot be enforced is a configuration error, never silently unlimited)."""
     reason = uncovered_reason(tree)
     if reason is not None:
         raise ConfigurationError(f'subagent provider "{provider_name}": {reason}')

@@ -1,8 +1,8 @@
 """Cold resume at the seam: a run that continues an agent's own session in a new process.
 
 A :class:`~supervisor.SessionPlan` with ``resume`` set asks a kind to continue the
-agent's session (ACP ``session/resume`` or ``session/load``, Codex ``thread/resume``,
-Claude Code's resume of its session id) instead of opening one.  The rules, kept here
+agent's session (ACP's ``session/resume`` or ``session/load``, or whatever its protocol
+offers to continue a session by its id) instead of opening one.  The rules, kept here
 and called from the registry and the base run through narrow calls:
 
 * **Before anything spawns** (:func:`check_plan`): the plan is well formed (a run id is

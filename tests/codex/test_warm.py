@@ -1,4 +1,5 @@
-"""A warm Codex app-server (SPEC section 23): the real binary, the mock model on 127.0.0.1.
+"""A warm Codex app-server (spawned and handshaken before its task): the real binary, the mock model
+on 127.0.0.1.
 
 The warm child has done ``initialize`` and ``thread/start`` before any task exists; the
 run that takes it sends ``turn/start`` on that thread straight away.

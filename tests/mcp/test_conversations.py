@@ -1,6 +1,7 @@
-"""Conversations over ``subagents mcp`` (SPEC 16): ``keep_alive``, ``send_subagent``,
-``close_subagent``, the ``idle`` state, the slot rule and every bad input, driven by the
-official MCP SDK's client over real stdio (raw frames where the client must vanish).
+"""Conversations over ``subagents mcp`` (one turn at a time, the child kept between them):
+``keep_alive``, ``send_subagent``, ``close_subagent``, the ``idle`` state, the slot rule and every
+bad input, driven by the official MCP SDK's client over real stdio (raw frames where the client must
+vanish).
 
 The agent is the built-in example agent (it remembers its session: ``@recall``; it reports
 usage: ``@usage``; it can stall a turn: ``@slow``; it can die in a turn: ``@exit``).  The

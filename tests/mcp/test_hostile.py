@@ -1,4 +1,5 @@
-"""``subagents mcp`` under hostile input (SPEC 18): a real server process, real children.
+"""``subagents mcp`` under hostile input (one clear error, never a crash or child text): a real
+server process, real children.
 
 * ``cwd`` is checked as it will be used: a NUL byte (or text no path can hold) is an
   ``isError`` result, never a protocol error with a traceback on the server's stderr.

@@ -1,4 +1,5 @@
-"""The flush at exit is bounded as a whole by the export timeout (SPEC 18).
+"""The flush at exit is bounded as a whole by the export timeout (an unreachable collector never
+holds the host).
 
 A real collector on 127.0.0.1 that accepts the export and then trickles its answer, one
 byte every half second, for ever: each read of the HTTP client succeeds well within its
