@@ -225,9 +225,6 @@ PROVIDER_NAMES = re.compile(
     r"|\bclaude[_-]code\b|\bdsh[_-]sdk\b|supervisor\.providers\.\w"
 )
 NOT_CORE = (PROVIDERS, *FRONT_ENDS)
-# The engine's split (another line of work) owns this module's docstrings for now: its
-# ``agent_session_id`` still names two kinds.  Drop the entry once it is provider-neutral.
-PROVIDER_NAMES_PENDING = frozenset({"supervisor/run/_base.py"})
 
 
 def _docstrings(source: str) -> list[tuple[int, str]]:
@@ -256,7 +253,7 @@ def test_no_core_docstring_names_a_built_in_provider() -> None:
     found = []
     for name, path in module_files().items():
         relative = path.relative_to(ROOT).as_posix()
-        if not _in(name, "supervisor") or _in(name, *NOT_CORE) or relative in PROVIDER_NAMES_PENDING:
+        if not _in(name, "supervisor") or _in(name, *NOT_CORE):
             continue
         found += [(relative, line, word) for line, word in _provider_names(path.read_text(encoding="utf-8"))]
     assert found == []

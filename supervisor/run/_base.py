@@ -225,9 +225,9 @@ class ProviderRun(ABC, Generic[ConfigT]):
 
     @property
     def agent_session_id(self) -> str | None:
-        """The agent's own session id (ACP ``sessionId``, Codex ``threadId``, Claude Code
-        ``session_id``) once the session exists, when it is a bounded printable string;
-        else None.  Host-side only: for a journal to resume the session later, never in a
+        """The agent's own session id (ACP's ``sessionId``, or whatever id the kind's
+        protocol gives a session) once the session exists, when it is a bounded printable
+        string; else None.  Host-side only: for a journal to resume the session later, never in a
         result, a diagnostic, a span or a log at INFO."""
         return self._engine.state.agent_session_id
 
