@@ -187,7 +187,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         turns = Turns(state, self, settlement, limits, teardown)
         start = Start(state, self, settlement, limits, teardown, turns)
         self._engine = Engine(state, settlement, limits, teardown, turns, start)
-        """The engine's parts (the only attribute of the base an author's run does not use)."""
+        """The engine's parts: the base's one private attribute (an author's run leaves it alone)."""
 
     # -- what a caller sees -----------------------------------------------------------
 

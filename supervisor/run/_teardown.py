@@ -13,11 +13,13 @@ Cancellation rules kept here:
   end whatever is cancelled around it; a hook of the provider that raises is logged and
   the ladder still runs.  Only :meth:`Teardown.force_kill` (a second Ctrl-C) shortens
   it, by skipping the ladder's remaining graces.
-* **The first claim runs the teardown; every later one waits for it.**  Three callers
-  may claim: a failed or aborted start (its rollback, ``start failed`` or ``start
-  aborted``), a conversation that ends on its own (idle timeout, session lost, abort:
-  in the background, on the run's group) and ``dispose()``.  Whichever claims first
-  names the chart's event; the others wait for that teardown and share its outcome.
+* **One teardown per run.**  Before publication only the start's rollback takes the tree
+  down (``start failed``, ``start aborted``, or a warm child no run took), and it closes
+  the run, so a later ``dispose()`` has nothing to do.  After publication the first
+  *claim* runs the teardown and names the chart's event; every later one waits for it
+  and shares its outcome.  Two callers claim: a conversation that ends on its own (idle
+  timeout, session lost, abort, a failed task between turns: in the background, on the
+  run's group) and ``dispose()``.
 * **A protocol cancel goes out first.**  When a turn was cancelled, the teardown waits
   (at most ``REMOTE_CANCEL_TIMEOUT``) for the protocol's cancel to be sent before the
   polite shutdown begins.

@@ -14,17 +14,18 @@ Cancellation rules kept here:
 * **The driver's scope** (``RunState.drive_scope``, one per turn) covers ``drive()`` and
   its turn guard, nothing else: cancelling it stops the driver, never the run's other
   tasks (readers, watchers) nor the teardown.  It is cancelled by a local cancellation,
-  a limit, a failed task of the run, or the end of the conversation.
+  a limit, a failed task of the run, the abort signal or ``dispose()``.
 * **A local cancellation** (``cancel()``, the abort signal of a one-shot run, or the task
   awaiting ``send`` being cancelled) settles the turn ``aborted`` at once, keeping the
   partial output, and asks the child to stop (the protocol's cancel, best effort, on the
-  run's group, at most ``REMOTE_CANCEL_TIMEOUT``; never on a closed group).  Before
-  publication it only settles: the start's own rollback records the end.  After it, the
-  chart records ``cancelled``.
+  run's group, at most ``REMOTE_CANCEL_TIMEOUT``; never on a closed group).  After
+  publication the chart records ``cancelled`` at once; before it, the start's rollback
+  records the end, or the publication records ``cancelled`` and the driver, its scope
+  cancelled already, stops at its first checkpoint.
 * **A cancelled turn of a conversation winds down**: its driver keeps reading until the
-  agent has ended the turn, its scope's deadline moved to at most ``term_grace`` from
-  now; the next ``send`` waits for it.  A driver cut off by that bound ends the
-  conversation, as a turn a limit stopped does.
+  agent has ended the turn, its scope's deadline moved to at most ``dispose_grace_ms``
+  from now; the next ``send`` waits for it (and for the protocol's cancel to go out).
+  A driver cut off by that bound ends the conversation, as a turn a limit stopped does.
 * **The abort signal, ``dispose()`` and leaving the ``async with``** end the
   conversation, cancelling a running turn at once (no wind-down).
 * **A task of the run that raises** (a provider's bug) cancels the start before
