@@ -443,3 +443,40 @@ def _confined_as_nobody(tmp: Path, places: dict[str, Any], site_packages: list[s
     assert results["write_writable"] == "ok"
     assert results["read_readable"] == "ok"
     assert Path(places["outside_file"]).read_text() == "keep me"
+
+
+def test_a_root_child_s_mount_view_shows_exactly_the_mounts_holding_its_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The view compares paths as strings (pathlib's ``parents`` per mount and group cost a
+    cgroup-mode run about a millisecond): it must decide as ``Path`` does, a prefix that is
+    not a parent (``/sys/fs/cgroup/pids`` of ``/sys/fs/cgroup/pidsx/...``) included."""
+    from supervisor.process import _confine
+
+    mounts = [
+        ("/sys/fs/cgroup/unified", "cgroup2", "rw"),
+        ("/sys/fs/cgroup/memory", "cgroup", "rw,memory"),
+        ("/sys/fs/cgroup/pids", "cgroup", "rw,pids"),
+        ("/sys/fs/cgroup/cpu", "cgroup", "rw,cpu"),
+        ("/", "cgroup2", "rw"),
+    ]
+    monkeypatch.setattr(_confine, "_mounts", lambda: mounts)
+    monkeypatch.setattr(_confine, "_controller_names", lambda: frozenset({"memory", "pids", "cpu"}))
+    cases: list[list[Path] | None] = [
+        None,
+        [Path("/sys/fs/cgroup/unified/h/run/agent"), Path("/sys/fs/cgroup/memory/h/run/agent")],
+        [Path("/sys/fs/cgroup/pidsx/h/run"), Path("/sys/fs/cgroup/memory")],
+        [Path("/elsewhere/run")],
+    ]
+    for groups in cases:
+        expected = [f"ro={path}" for path in _confine.READ_ONLY]
+        for point, kind, options in mounts:
+            inside = groups is not None and any(g == Path(point) or Path(point) in g.parents for g in groups)
+            if not inside:
+                expected.append(f"view=hide::{point}")
+            elif kind == "cgroup2":
+                expected.append(f"view=cgroup2::{point}")
+            else:
+                expected.append(f"view=cgroup:{options.split(',')[1]}:{point}")
+        expected.append(f"shm={_confine.PRIVATE_SHM}")
+        assert _confine.view_steps(groups) == expected, groups

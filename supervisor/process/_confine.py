@@ -305,7 +305,7 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
     # cgroup mode's largest share of a run's parent CPU); both sides are normalised first
     entered = [str(group) for group in groups] if groups is not None else None
     for point, kind, options in _mounts():
-        top = str(Path(point))
+        top = os.path.normpath(point)  # as ``Path`` would have it, without building one
         inside = entered is not None and any(_at_or_below(group, top) for group in entered)
         if not inside:
             steps.append(f"view=hide::{point}")
