@@ -35,13 +35,31 @@ spawned is the agent's):
 
 Any step that fails ends the shim with status 125 before the program runs, with one
 line on stderr naming the step and the errno (no child text exists yet).
+
+Every spawn of a root supervisor (and every confined one) pays this program's start, so it
+imports nothing but built-in modules and ``_ctypes``: ``posix`` instead of ``os`` (the same
+functions; ``os`` adds ~1.6 ms of imports: ``posixpath``, ``stat``, ``_collections_abc``),
+and ``_ctypes`` instead of ``ctypes`` (whose ``__init__`` only re-exports it, after ~3 ms
+of defining every C type, ``struct`` and ``_endian``).  The few types the steps need are
+defined here, and libc functions are called exactly as ``ctypes.CDLL(None, use_errno=True)``
+calls them (C ``int`` result, default argument conversion, ``errno`` kept).  What is left is
+the interpreter's own start (``python -I -S -c pass``).
 """
 
-from __future__ import annotations
-
-import ctypes
-import os
+import posix
 import sys
+from _ctypes import (
+    FUNCFLAG_CDECL,
+    FUNCFLAG_USE_ERRNO,
+    CFuncPtr,
+    Structure,
+    _SimpleCData,
+    byref,
+    dlopen,
+    dlsym,
+    get_errno,
+    sizeof,
+)
 
 _SYS_LANDLOCK_CREATE_RULESET = 444
 _SYS_LANDLOCK_ADD_RULE = 445
@@ -68,62 +86,107 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _CAPABILITY_VERSION_3 = 0x20080522
 # The rights Landlock accepts on a rule for a file that is not a directory.
 _FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
+_S_IFMT, _S_IFDIR = 0o170000, 0o040000
+_ENOENT, _ENOTDIR = 2, 20
+_DEFAULT_PATH = b"/bin:/usr/bin"  # os.defpath: where execvp looks without a PATH
 
 
 class _Failed(Exception):
     pass
 
 
-class _RulesetAttr(ctypes.Structure):
+class _Int(_SimpleCData):  # type: ignore[type-arg]  # ctypes.c_int
+    _type_ = "i"
+
+
+class _UInt32(_SimpleCData):  # type: ignore[type-arg]  # ctypes.c_uint32
+    _type_ = "I"
+
+
+class _UInt64(_SimpleCData):  # type: ignore[type-arg]  # ctypes.c_uint64
+    _type_ = "Q"
+
+
+class _Function(CFuncPtr):  # a function of ctypes.CDLL(None, use_errno=True)
+    _flags_ = FUNCFLAG_CDECL | FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+class _Libc:
+    """libc's functions by name, each looked up once (``dlopen(NULL)``: this program's own)."""
+
+    def __init__(self) -> None:
+        self._handle = dlopen(None, 0)  # type: ignore[arg-type]  # NULL: this program
+
+    def __getattr__(self, name: str) -> _Function:
+        function = _Function(dlsym(self._handle, name))
+        setattr(self, name, function)
+        return function
+
+
+class _RulesetAttr(Structure):
     _fields_ = (
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
+        ("handled_access_fs", _UInt64),
+        ("handled_access_net", _UInt64),
+        ("scoped", _UInt64),
     )
 
 
-class _PathBeneath(ctypes.Structure):
+class _PathBeneath(Structure):
     _pack_ = 1
-    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+    _fields_ = (("allowed_access", _UInt64), ("parent_fd", _Int))
 
 
-class _MountAttr(ctypes.Structure):
+class _MountAttr(Structure):
     _fields_ = (
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
+        ("attr_set", _UInt64),
+        ("attr_clr", _UInt64),
+        ("propagation", _UInt64),
+        ("userns_fd", _UInt64),
     )
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+class _CapHeader(Structure):
+    _fields_ = (("version", _UInt32), ("pid", _Int))
 
 
-class _CapData(ctypes.Structure):
+class _CapData(Structure):
     _fields_ = (
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
+        ("effective", _UInt32),
+        ("permitted", _UInt32),
+        ("inheritable", _UInt32),
     )
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = _Libc()
 
 
 def _check(result: int, step: str) -> int:
     if result < 0:
-        raise _Failed(f"{step}: errno {ctypes.get_errno()}")
+        raise _Failed(f"{step}: errno {get_errno()}")
     return result
+
+
+def _encode(path: str) -> bytes:
+    """``os.fsencode``."""
+    return path.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+
+
+def _mode(path: str) -> int | None:
+    """The file type bits of ``path`` (followed), or None where it cannot be seen."""
+    try:
+        return posix.stat(path).st_mode & _S_IFMT
+    except (OSError, ValueError):
+        return None
 
 
 def _enter(path: str) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = posix.open(path, posix.O_WRONLY | posix.O_CLOEXEC)
         try:
-            os.write(fd, b"%d\n" % os.getpid())
+            posix.write(fd, b"%d\n" % posix.getpid())
         finally:
-            os.close(fd)
+            posix.close(fd)
     except OSError as exc:
         raise _Failed(f"entering a cgroup: errno {exc.errno}") from None
 
@@ -139,31 +202,31 @@ def _unshare(what: str) -> None:
 
 def _view(spec: str) -> None:
     kind, options, point = spec.split(":", 2)
-    target = os.fsencode(point)
+    target = _encode(point)
     # Off first (the kernel refuses a cgroup mount on the root of a mount of the same
     # hierarchy), and nothing of the host's mount stays underneath to be uncovered.
     _check(_libc.umount2(target, _MNT_DETACH), f"unmounting the host's {kind} mount")
     if kind != "hide":
-        data = os.fsencode(options) if options else None
+        data = _encode(options) if options else None
         flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         _check(_libc.mount(kind.encode(), target, kind.encode(), flags, data), f"mounting the {kind} view")
 
 
 def _private_tmpfs(point: str) -> None:
-    if not os.path.isdir(point):
+    if _mode(point) != _S_IFDIR:
         return
     flags = _MS_NOSUID | _MS_NODEV
-    result = _libc.mount(b"tmpfs", os.fsencode(point), b"tmpfs", flags, b"mode=1777")
+    result = _libc.mount(b"tmpfs", _encode(point), b"tmpfs", flags, b"mode=1777")
     _check(result, "mounting a private tmpfs")
 
 
 def _read_only(point: str) -> None:
-    target = os.fsencode(point)
-    if not os.path.exists(point):
+    target = _encode(point)
+    if _mode(point) is None:
         return
     _check(_libc.mount(target, target, None, _MS_BIND | _MS_REC, None), "binding a read-only path")
     attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-    result = _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, target, _AT_RECURSIVE, ctypes.byref(attr), 32)
+    result = _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, target, _AT_RECURSIVE, byref(attr), 32)
     _check(result, "making a path read-only")
 
 
@@ -174,36 +237,34 @@ def _drop(numbers: str) -> None:
     _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient capabilities")
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
-    _check(_libc.capget(ctypes.byref(header), data), "capget")
+    _check(_libc.capget(byref(header), data), "capget")
     if data[0].inheritable or data[1].inheritable:  # inheritable bits would outlive the bounding set
         data[0].inheritable = data[1].inheritable = 0
-        _check(_libc.capset(ctypes.byref(header), data), "capset")
+        _check(_libc.capset(byref(header), data), "capset")
 
 
 def _pdeathsig(parent: str) -> None:
     _check(_libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0), "PR_SET_PDEATHSIG")
-    if os.getppid() != int(parent):  # the supervisor died before the signal was armed
-        os.kill(os.getpid(), 9)
+    if posix.getppid() != int(parent):  # the supervisor died before the signal was armed
+        posix.kill(posix.getpid(), 9)
 
 
 def _landlock(handled: str, rules: list[str]) -> None:
     fs, _, scoped = handled.partition(":")
     attr = _RulesetAttr(int(fs), 0, int(scoped or 0))
-    size = ctypes.sizeof(attr) if attr.scoped else 8  # an older kernel takes the first field only
+    size = sizeof(attr) if attr.scoped else 8  # an older kernel takes the first field only
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
-    ruleset = _check(
-        _libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0), "landlock ruleset"
-    )
+    ruleset = _check(_libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, byref(attr), size, 0), "landlock ruleset")
     try:
         for rule in rules:
             rights_text, _, path = rule.partition(":")
             try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                fd = posix.open(path, posix.O_PATH | posix.O_CLOEXEC)
             except OSError:
                 continue  # nothing there: nothing granted
             try:
                 rights = int(rights_text)
-                if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                if posix.fstat(fd).st_mode & _S_IFMT != _S_IFDIR:  # an O_PATH descriptor may be fstat'ed
                     rights &= _FILE_RIGHTS
                 beneath = _PathBeneath(rights, fd)
                 if rights:
@@ -212,16 +273,16 @@ def _landlock(handled: str, rules: list[str]) -> None:
                             _SYS_LANDLOCK_ADD_RULE,
                             ruleset,
                             _LANDLOCK_RULE_PATH_BENEATH,
-                            ctypes.byref(beneath),
+                            byref(beneath),
                             0,
                         ),
                         "landlock rule",
                     )
             finally:
-                os.close(fd)
+                posix.close(fd)
         _check(_libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict_self")
     finally:
-        os.close(ruleset)
+        posix.close(ruleset)
 
 
 def main(args: list[str]) -> None:
@@ -248,13 +309,34 @@ def main(args: list[str]) -> None:
             elif key == "landlock":
                 _landlock(value, rules)
     except _Failed as exc:
-        os.write(2, f"subagent spawn shim: {exc}\n".encode())
-        os._exit(125)
+        posix.write(2, f"subagent spawn shim: {exc}\n".encode())
+        posix._exit(125)
     try:
-        os.execvp(argv[0], argv)
+        _execvp(argv)
     except OSError as exc:
-        os.write(2, f"subagent spawn shim: exec: errno {exc.errno}\n".encode())
-        os._exit(126 if exc.errno != 2 else 127)
+        posix.write(2, f"subagent spawn shim: exec: errno {exc.errno}\n".encode())
+        posix._exit(126 if exc.errno != _ENOENT else 127)
+
+
+def _execvp(argv: list[str]) -> None:
+    """``os.execvp(argv[0], argv)``: a name without a slash is looked for along ``PATH``
+    (``/bin:/usr/bin`` without one); the error raised is the first that is not "not there"
+    (``EACCES`` of a file that is not executable), else the last."""
+    program = argv[0]
+    if "/" in program:
+        posix.execv(program, argv)
+    name = _encode(program)
+    saved: OSError | None = None
+    last: OSError | None = None
+    for directory in posix.environ.get(b"PATH", _DEFAULT_PATH).split(b":"):
+        full = directory + name if not directory or directory.endswith(b"/") else directory + b"/" + name
+        try:
+            posix.execv(full, argv)
+        except OSError as exc:
+            last = exc
+            if saved is None and exc.errno not in (_ENOENT, _ENOTDIR):
+                saved = exc
+    raise saved or last or OSError(_ENOENT, "no PATH entry")
 
 
 if __name__ == "__main__":
