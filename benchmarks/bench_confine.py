@@ -3,7 +3,9 @@
 Spawn to ``initialize``: from :meth:`ManagedProcess.spawn` to the child's answer to an
 ACP ``initialize`` request on stdout, through the real process layer (cgroup leaf,
 limits, shim), interleaved ``BENCH_ROUNDS`` times (default 20), medians and ratios
-against the plain spawn of the same round.  Two children:
+against the plain spawn of the same round.  Also the CPU the child used from spawn to
+its exit (``getrusage`` of the reaped children: the entry chain or the spawn shim, then
+the program), steadier than the wall time on a loaded machine.  Two children:
 
 - ``sh``: ``read``, then ``echo`` an answer: the spawn path's own cost, nothing else;
 - ``example``: the built-in example ACP agent (stdlib Python), what a real start adds.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -66,7 +69,15 @@ def variants() -> dict[str, tuple[bool, bool]]:
     return found
 
 
-async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, confine: bool) -> float:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def spawn_to_initialize(
+    argv: list[str], cwd: Path, *, hardened: bool, confine: bool
+) -> tuple[float, float]:
+    """(spawn to the answer, the child's CPU) in seconds."""
     tag = os.urandom(8).hex()
     spec = SpawnSpec(
         argv=argv,
@@ -81,6 +92,7 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
     setattr(_spawn_command, "is_root", real if hardened else lambda: False)  # noqa: B010
     try:
         async with anyio.create_task_group() as tg:
+            cpu = children_cpu()
             started = time.perf_counter()
             proc = await ManagedProcess.spawn(spec, tg)
             proc.stdin.write(INITIALIZE.encode() + b"\n")
@@ -89,16 +101,18 @@ async def spawn_to_initialize(argv: list[str], cwd: Path, *, hardened: bool, con
             assert b'"result"' in line, line
             report = await proc.teardown(TeardownLadder(), eof_grace=5.0, term_grace=2.0)
             assert report.quiescent
+            cpu = children_cpu() - cpu  # the child is reaped: its CPU is counted
             tg.cancel_scope.cancel()
     finally:
         setattr(_spawn_command, "is_root", real)  # noqa: B010
-    return elapsed
+    return elapsed, cpu
 
 
 async def main() -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
     print(f"Landlock: {landlock_support().reason}; root: {is_root()}; rounds: {ROUNDS}")
     results: dict[tuple[str, str], list[float]] = {}
+    cpus: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as workspace:
         cwd = Path(workspace)
         for argv in CHILDREN.values():  # warm every path once (bytecode, the page cache)
@@ -107,8 +121,9 @@ async def main() -> None:
         for _ in range(ROUNDS):
             for child, argv in CHILDREN.items():
                 for name, (hardened, confine) in variants().items():
-                    elapsed = await spawn_to_initialize(argv, cwd, hardened=hardened, confine=confine)
+                    elapsed, cpu = await spawn_to_initialize(argv, cwd, hardened=hardened, confine=confine)
                     results.setdefault((child, name), []).append(elapsed)
+                    cpus.setdefault((child, name), []).append(cpu)
     for child in CHILDREN:
         base = statistics.median(results[(child, "plain")])
         for name in variants():
@@ -116,7 +131,8 @@ async def main() -> None:
             median = statistics.median(values)
             print(
                 f"{child:<8} {name:<13} median {median * 1000:7.2f} ms  "
-                f"(+{(median - base) * 1000:6.2f} ms, x{median / base:4.2f} of plain)"
+                f"(+{(median - base) * 1000:6.2f} ms, x{median / base:4.2f} of plain); "
+                f"child CPU median {statistics.median(cpus[(child, name)]) * 1000:6.2f} ms"
             )
     print(f"load average after: {os.getloadavg()}", flush=True)
 

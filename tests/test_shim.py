@@ -74,6 +74,15 @@ def test_without_path_the_default_path_is_searched() -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
+def test_the_program_gets_exactly_the_environment_the_shim_was_given() -> None:
+    """Where the locale is C (or none is set) the interpreter's start adds ``LC_CTYPE=C.UTF-8``
+    to its own environment: the program must not inherit it (nor lose a variable)."""
+    for env in ({}, {"LANG": "C", "PATH": "/usr/bin:/bin", "EMPTY": ""}, {"LC_CTYPE": "C", "X": "a=b"}):
+        done = run_shim([], ["/usr/bin/env", "-0"], env=env)
+        assert done.returncode == 0, done.stderr
+        assert dict(line.split("=", 1) for line in done.stdout.split("\0") if line) == env
+
+
 def test_a_step_that_fails_ends_the_shim_with_125_before_the_program(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     done = run_shim([f"procs={tmp_path / 'no-group' / 'cgroup.procs'}"], ["/bin/sh", "-c", f"touch {marker}"])

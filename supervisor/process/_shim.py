@@ -288,6 +288,7 @@ def _landlock(handled: str, rules: list[str]) -> None:
 def main(args: list[str]) -> None:
     split = args.index("--")
     steps, argv = args[:split], args[split + 1 :]
+    env = _environment()
     rules = [step[5:] for step in steps if step.startswith("rule=")]
     try:
         for step in steps:
@@ -312,26 +313,50 @@ def main(args: list[str]) -> None:
         posix.write(2, f"subagent spawn shim: {exc}\n".encode())
         posix._exit(125)
     try:
-        _execvp(argv)
+        _execvpe(argv, env)
     except OSError as exc:
         posix.write(2, f"subagent spawn shim: exec: errno {exc.errno}\n".encode())
         posix._exit(126 if exc.errno != _ENOENT else 127)
 
 
-def _execvp(argv: list[str]) -> None:
-    """``os.execvp(argv[0], argv)``: a name without a slash is looked for along ``PATH``
-    (``/bin:/usr/bin`` without one); the error raised is the first that is not "not there"
-    (``EACCES`` of a file that is not executable), else the last."""
+def _environment() -> dict[bytes, bytes]:
+    """The environment this process was started with, for the program: exactly the supervisor's.
+
+    Not ``posix.environ``: where the locale is C or POSIX the interpreter's start adds
+    ``LC_CTYPE=C.UTF-8`` to it (locale coercion, which ``-I`` leaves on), and the program would
+    inherit it.  ``/proc/self/environ`` is what ``execve`` was given."""
+    try:
+        fd = posix.open("/proc/self/environ", posix.O_RDONLY | posix.O_CLOEXEC)
+    except OSError:
+        return dict(posix.environ)
+    try:
+        chunks = []
+        while chunk := posix.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        posix.close(fd)
+    env: dict[bytes, bytes] = {}
+    for entry in b"".join(chunks).split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        if name and equals:
+            env.setdefault(name, value)  # the first of a name, as the interpreter's own environ
+    return env
+
+
+def _execvpe(argv: list[str], env: dict[bytes, bytes]) -> None:
+    """``os.execvpe(argv[0], argv, env)``: a name without a slash is looked for along ``env``'s
+    ``PATH`` (``/bin:/usr/bin`` without one); the error raised is the first that is not "not
+    there" (``EACCES`` of a file that is not executable), else the last."""
     program = argv[0]
     if "/" in program:
-        posix.execv(program, argv)
+        posix.execve(program, argv, env)
     name = _encode(program)
     saved: OSError | None = None
     last: OSError | None = None
-    for directory in posix.environ.get(b"PATH", _DEFAULT_PATH).split(b":"):
+    for directory in env.get(b"PATH", _DEFAULT_PATH).split(b":"):
         full = directory + name if not directory or directory.endswith(b"/") else directory + b"/" + name
         try:
-            posix.execv(full, argv)
+            posix.execve(full, argv, env)
         except OSError as exc:
             last = exc
             if saved is None and exc.errno not in (_ENOENT, _ENOTDIR):
