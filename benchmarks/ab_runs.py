@@ -1,0 +1,93 @@
+"""Parent CPU per run of two source trees, interleaved: what one change saves.
+
+Run: ``python -m benchmarks.ab_runs BEFORE AFTER [MODE] [RUNS] [ROUNDS] [N]``, where BEFORE
+and AFTER are checkouts of the repository (``git archive <commit> | tar -x -C DIR``), MODE is
+``cgroup`` or ``process-tree`` (default: the best available), RUNS the runs per sample
+(default 20), ROUNDS the samples per tree (default 4), N the runs at once (default 1).
+
+Each sample is a fresh interpreter of this environment with the tree first on its path. It
+warms up, then measures the lean baseline of ``bench_containment`` and the supervisor on the
+example agent three times each, interleaved, and reports the medians and their ratio: the
+ratio, taken within one process a few seconds apart, is what survives a loaded machine. The
+trees alternate (ABBA), so a load that changes during the run weighs on both alike.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+
+SAMPLE = """
+import statistics, sys, tempfile, time
+from pathlib import Path
+import anyio
+from benchmarks.bench_containment import baseline_run
+from benchmarks.profile_runs import runs
+from supervisor.process import ContainmentMode
+
+mode, count, concurrent = ContainmentMode(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+async def base(cwd, n):
+    started = time.process_time()
+    for _ in range(0, n, concurrent):
+        async with anyio.create_task_group() as tg:
+            for _ in range(concurrent):
+                tg.start_soon(baseline_run, cwd)
+    return (time.process_time() - started) / n
+
+with tempfile.TemporaryDirectory() as tmp:
+    cwd = Path(tmp)
+    anyio.run(runs, 5, mode, cwd, backend="asyncio")
+    anyio.run(base, cwd, 3)
+    ours, lean = [], []
+    for _ in range(3):
+        lean.append(anyio.run(base, cwd, count))
+        ours.append(anyio.run(runs, count, mode, cwd, concurrent, backend="asyncio"))
+    print(statistics.median(ours), statistics.median(lean))
+"""
+
+
+def sample(tree: str, mode: str, runs: str, concurrent: str) -> tuple[float, float]:
+    env = {**os.environ, "PYTHONPATH": tree}
+    argv = [sys.executable, "-c", SAMPLE, mode, runs, concurrent]
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"a sample in {tree} failed:\n{done.stderr[-2000:]}")
+    ours, lean = map(float, done.stdout.split())
+    return ours, lean
+
+
+def main(argv: list[str]) -> None:
+    from supervisor.process import detect_containment
+
+    if len(argv) < 3:
+        raise SystemExit(__doc__)
+    trees = {"before": argv[1], "after": argv[2]}
+    mode = argv[3] if len(argv) > 3 else detect_containment().mode.value
+    runs = argv[4] if len(argv) > 4 else "20"
+    rounds = int(argv[5]) if len(argv) > 5 else 4
+    concurrent = argv[6] if len(argv) > 6 else "1"
+    print(f"{mode}, {runs} runs per sample, {concurrent} at once; load average {load()}")
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    for round_ in range(rounds):
+        order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
+        for name, tree in order:
+            ours, lean = sample(tree, mode, runs, concurrent)
+            got[name].append((ours, lean))
+            line = f"  {name:6} {ours * 1000:6.2f} ms / baseline {lean * 1000:5.2f} ms = {ours / lean:4.2f}x"
+            print(line, flush=True)
+    for name, samples in got.items():
+        cpu = statistics.median(s[0] for s in samples) * 1000
+        ratio = statistics.median(s[0] / s[1] for s in samples)
+        print(f"{name:6} median {cpu:6.2f} ms per run, {ratio:4.2f}x the baseline")
+    print(f"load average after: {load()}")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+if __name__ == "__main__":
+    main(sys.argv)
