@@ -265,6 +265,8 @@ def _mounts() -> list[tuple[str, str, str]]:
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
+                if " - cgroup" not in line:  # the file-system type follows " - ": skip the rest cheaply
+                    continue
                 left, _, right = line.partition(" - ")
                 fields, tail = left.split(), right.split()
                 if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
