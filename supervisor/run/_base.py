@@ -24,7 +24,8 @@ raise :class:`StepFailed` with), ``task_group`` (its background readers), ``task
 ``note_output()`` and the progress notes ``note_*()``.
 
 Everything else is the engine's, one part per module, each holding the cancellation
-rules it keeps, all sharing one :class:`~supervisor.run._state.RunState`:
+rules it keeps, all sharing one :class:`~supervisor.run._state.RunState` (built in order
+by :mod:`~supervisor.run._parts`):
 
 * :mod:`~supervisor.run._start`     start and publication, rollback, warm children
   (prestart, assign), a cold resume's refusal;
@@ -90,16 +91,12 @@ from supervisor.process import (
 )
 from supervisor.process._host_limits import refuse_uncovered
 from supervisor.run._deprecated import adopt_old_hooks
-from supervisor.run._progress import ProgressTracker
+from supervisor.run._parts import build_engine
 from supervisor.run._resume import plan_run_id, valid_session_id
-from supervisor.run._settle import Settlement
-from supervisor.run._start import Start
-from supervisor.run._state import RunState, StepFailed
-from supervisor.run._teardown import Teardown, default_teardown_facts
-from supervisor.run._turns import Turns
-from supervisor.run._watch import Limits
+from supervisor.run._state import StepFailed
+from supervisor.run._teardown import default_teardown_facts
 from supervisor.telemetry import _switch as _telemetry
-from supervisor.workspace import RunWorkspace, Workspace
+from supervisor.workspace import Workspace
 
 log = logging.getLogger("supervisor")
 
@@ -120,19 +117,6 @@ class RunContext(Generic[ConfigT]):
     session: SessionPlan | None = None
     """How the run treats the agent's own session (its run id, a session to resume);
     None: a new session under a new run id."""
-
-
-@dataclass(frozen=True, slots=True)
-class Engine:
-    """The engine's parts one run holds (built once, in this order: each part is handed
-    the parts it calls)."""
-
-    state: RunState
-    settlement: Settlement
-    limits: Limits
-    teardown: Teardown
-    turns: Turns
-    start: Start
 
 
 class ProviderRun(ABC, Generic[ConfigT]):
@@ -162,7 +146,6 @@ class ProviderRun(ABC, Generic[ConfigT]):
         refuse_uncovered(self.tree, context.provider_name)  # a host ceiling bounds every run, or none starts
         self.provider_name = context.provider_name
         self.config: ConfigT = context.config
-        config = context.config
         self.request = context.request
         telemetry = _telemetry.for_run()
         journal = _journal.for_run()  # the journal's hooks (a no-op when not journaled)
@@ -172,21 +155,7 @@ class ProviderRun(ABC, Generic[ConfigT]):
         self.audit.turn = turn  # a resumed conversation's start belongs to its last turn
         self.machine = self.lifecycle(listeners=[self.audit])
         self.process: ManagedProcess | None = None
-        state = RunState(
-            workspace=RunWorkspace(config.workspace, config.workspace_base, config.workspace_keep),
-            telemetry=telemetry,
-            journal=journal,
-            progress=ProgressTracker(self.tool_kinds, lambda: (self.machine.stage, state.turn_number)),
-            turn_number=turn,
-            turn_task=context.request.task,
-            first_turn=turn + 1 if self.resuming else 1,
-        )
-        settlement = Settlement(state, self)
-        limits = Limits(state, self)
-        teardown = Teardown(state, self, settlement, limits)
-        turns = Turns(state, self, settlement, limits, teardown)
-        start = Start(state, self, settlement, limits, teardown, turns)
-        self._engine = Engine(state, settlement, limits, teardown, turns, start)
+        self._engine = build_engine(self, telemetry=telemetry, journal=journal, turn=turn)
         """The engine's parts: the base's one private attribute (an author's run leaves it alone)."""
 
     # -- what a caller sees -----------------------------------------------------------

@@ -4,7 +4,8 @@ as the parts see it, and the one failure a hook raises.
 The parts (:mod:`~supervisor.run._settle`, :mod:`~supervisor.run._watch`,
 :mod:`~supervisor.run._teardown`, :mod:`~supervisor.run._turns`,
 :mod:`~supervisor.run._start`) are objects the authors' base
-(:mod:`supervisor.run._base`) builds and holds, one :class:`RunState` between them.  A
+(:mod:`supervisor.run._base`) holds, built by :mod:`supervisor.run._parts`, one
+:class:`RunState` between them.  A
 part reaches the author's run only through :class:`Hooks`: the hooks an author fills
 in, the helpers that build closed facts, and the read-only facts a journal and a span
 read.  The imports go one way: settle, watch, teardown, turns, start, each handed the
@@ -55,6 +56,7 @@ class Hooks(RunFacts, JournaledRun, Protocol):
 
     vocabulary: ClassVar[Vocabulary]
     lifecycle: ClassVar[type[Lifecycle]]
+    tool_kinds: ClassVar[frozenset[str]]
 
     @property
     def config(self) -> ProviderConfig: ...
