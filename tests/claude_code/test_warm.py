@@ -9,12 +9,16 @@ run's first model request carries the task as the session's only user message.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
 import pytest
 
-from supervisor import Registry, StopReason, SubagentRequest
+from supervisor import Registry, SessionPlan, StopReason, SubagentRequest
 from tests.claude_code.conftest import ClaudeHome, claude_provider
 from tests.conftest import tagged
 from tests.mockmodel import MockModelServer, Text
+from tests.support.resume import written_under
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
@@ -54,3 +58,40 @@ async def test_a_warm_cli_is_set_up_before_its_task_and_its_session_stays_untouc
         said[0],
         turn_two.user_texts()[-1],
     ]
+
+
+async def test_a_journaled_warm_cli_keeps_a_session_that_resumes_with_only_its_turns(
+    claude_home: ClaudeHome, mock_model: MockModelServer, tmp_path: Path
+) -> None:
+    """A journaled registry's warm child keeps its session on disk: the setup request
+    leaves nothing in it that a resumed turn would carry."""
+    mock_model.script(Text("Noted: cobalt."), Text("You asked me to remember cobalt."))
+    journaled = Registry(journal=tmp_path / "journal.db")
+    journaled.register(claude_provider(claude_home, mock_model))
+    async with journaled:
+        await journaled.prestart("claude-code", 1, cwd=claude_home.work)
+        assert counted(mock_model) > 0  # set up
+        request = SubagentRequest(task="Remember the word cobalt.", parent_cwd=claude_home.work)
+        # what a front-end's run on a journaled registry asks for (``acquire_run(journaled=True)``)
+        async with journaled.run("claude-code", request, session=SessionPlan(keep=True)) as run:
+            first = await run.result()
+            assert any(entry.machine == "warm" for entry in run.audit.entries)  # a warm child
+        session_id = run.agent_session_id
+    assert first.output == "Noted: cobalt."
+    assert isinstance(session_id, str)
+    persisted = written_under(claude_home.config_dir / "projects", "Noted: cobalt.")
+    with anyio.fail_after(120):
+        while not persisted():  # noqa: ASYNC110 - the CLI's own write of its session file
+            await anyio.sleep(0.05)
+    resumed = Registry()
+    resumed.register(claude_provider(claude_home, mock_model))
+    plan = SessionPlan(run_id=run.id, resume=session_id, turns_before=1)
+    again = SubagentRequest(task="(resumed)", parent_cwd=claude_home.work)
+    async with resumed.run("claude-code", again, conversation=True, session=plan) as later:
+        second = await later.send("Which word did I ask you to remember?")
+    assert second.output == "You asked me to remember cobalt."
+    said = mock_model.model_requests[-1].user_texts()
+    # the session's user messages are the two turns', nothing of the setup before them
+    assert len(said) == 2
+    assert said[0].endswith("Remember the word cobalt.")
+    assert said[1].endswith("Which word did I ask you to remember?")
