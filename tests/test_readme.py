@@ -239,7 +239,35 @@ def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-6000:]
     reference = (tmp_path / "site" / "reference" / "callers" / "index.html").read_text()
     assert 'id="supervisor.Registry"' in reference
+    _check_reference(tmp_path / "site" / "reference")
     for name in PAGES:
         if name.startswith("docs/") and name != "docs/index.md":
             built = tmp_path / "site" / Path(name).relative_to("docs").with_suffix("") / "index.html"
             assert built.is_file(), f"{name} was not built (is it in mkdocs.yml's nav?)"
+
+
+# Each reference page and the public module it renders; the charts' names the callers' module
+# re-exports are rendered on the charts' page (the callers' page says so).
+REFERENCE = {
+    "callers": ("supervisor", {"AuditTrail", "Transition", "TransitionSink"}),
+    "provider": ("supervisor.provider", set()),
+    "machines": ("machines", set()),
+    "telemetry": ("supervisor.telemetry", set()),
+}
+
+
+def _check_reference(site: Path) -> None:
+    """Every public name has an entry on its module's reference page, under its public module's
+    name, and the visible text names no private module and shows no raw Sphinx role."""
+    import html
+    import importlib
+
+    for page, (module, elsewhere) in REFERENCE.items():
+        built = (site / page / "index.html").read_text(encoding="utf-8")
+        names = set(importlib.import_module(module).__all__) - elsewhere
+        shown = set(re.findall(rf'id="{re.escape(module)}\.(\w+)"', built))
+        assert sorted(names - shown) == [], f"{page}: public names without an entry"
+        body = built.split("<article", 1)[1].split("</article>", 1)[0]
+        text = html.unescape(re.sub(r"<[^>]+>", " ", body))
+        assert re.findall(r"\b(?:supervisor|machines)(?:\.\w+)*\._\w+", text) == [], page
+        assert re.findall(r":(?:class|func|meth|data|attr|mod|exc|obj):", text) == [], page

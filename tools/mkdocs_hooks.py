@@ -3,10 +3,15 @@
 The nav in ``mkdocs.yml`` names every page the site is meant to have, some of them written on
 other lines of work that land later: an entry whose page is not under ``docs/`` yet is dropped
 here, so the strict build neither fails on it nor shows a dead link.
+
+The docstrings the API reference renders use Sphinx roles (``:class:`~supervisor.Run```), which
+mkdocstrings shows as they are written: each is shown here as the name it refers to, and a path
+through a private module (``supervisor._errors.X``) as the bare name, which is what a reader imports.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +41,17 @@ def on_config(config: Any, **_: Any) -> Any:
     if config.nav:
         config.nav = _present(config.nav, Path(config.docs_dir))
     return config
+
+
+_ROLE = re.compile(r":(?:class|func|meth|data|attr|mod|exc|obj):<code>(~?)([^<]+)</code>")
+
+
+def _name(match: re.Match[str]) -> str:
+    target = match[2]
+    short = match[1] == "~" or any(part.startswith("_") for part in target.split(".")[:-1])
+    return f"<code>{target.rsplit('.', 1)[-1] if short else target}</code>"
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """Show a docstring's Sphinx role as the name it refers to (see the module's docstring)."""
+    return _ROLE.sub(_name, html)
