@@ -109,23 +109,54 @@ class ManagedProcess:
         loop = asyncio.get_running_loop()
         exited = anyio.Event()
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: ChildProtocol(exited, loop, spec.max_frame_bytes),
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                cwd=spawn_cwd(spec.cwd),  # the directory held, when the workspace was pinned
-                env=env,
-                start_new_session=True,
-                preexec_fn=None if pdeathsig_argv() or shimmed(spec) else pdeathsig_preexec(),
-            )
+            # Shielded: once forked, the child must end up in a ManagedProcess (whose teardown
+            # waits for it).  Cut off while asyncio connects its pipes, asyncio kills it and
+            # gives up waiting: nobody would wait for its exit, which the child watcher's
+            # thread could then report to a closed event loop.  A cancellation still
+            # arrives: at the caller's next checkpoint, with this process in its hands.
+            with anyio.CancelScope(shield=True):
+                transport, protocol = await loop.subprocess_exec(
+                    lambda: ChildProtocol(exited, loop, spec.max_frame_bytes),
+                    *argv,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=stderr,
+                    cwd=spawn_cwd(spec.cwd),  # the directory held, when the workspace was pinned
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=None if pdeathsig_argv() or shimmed(spec) else pdeathsig_preexec(),
+                )
         except (OSError, ValueError) as exc:
             release(enclosure, tmpdir)
             raise SpawnFailed(f"could not start {spec.argv[0]!r}: {exc!r}") from exc
-        proc = asyncio.subprocess.Process(transport, protocol, loop)
         # pinned before anything else: every signal to the child or its group goes through it
-        pin = ChildPin(proc.pid)
+        pin = ChildPin(transport.get_pid())
+        try:
+            return cls._manage(transport, protocol, pin, spec, enclosure, tmpdir, task_group, exited)
+        except BaseException:  # never an unmanaged child: kill it and wait for its exit
+            pin.close()
+            transport.close()
+            with anyio.CancelScope(shield=True):
+                await exited.wait()
+            ASYNCIO_CHILDREN.discard(pin.pid)
+            release(enclosure, tmpdir)
+            raise
+
+    @classmethod
+    def _manage(
+        cls,
+        transport: asyncio.SubprocessTransport,
+        protocol: ChildProtocol,
+        pin: ChildPin,
+        spec: SpawnSpec,
+        enclosure: Enclosure,
+        tmpdir: Path | None,
+        task_group: TaskGroup,
+        exited: anyio.Event,
+    ) -> ManagedProcess:
+        """The spawned child in the hands of a new ManagedProcess (no checkpoint in here)."""
+        loop = asyncio.get_running_loop()
+        proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
         enclosure.started(proc.pid)
         pinned = getattr(enclosure, "pinned", None)  # optional: signals by number go through the pin
