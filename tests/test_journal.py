@@ -601,3 +601,29 @@ def test_an_empty_sqlite_file_is_migrated_to_the_current_schema(tmp_path: Path) 
     finally:
         connection.close()
     assert list_runs(path) == []
+
+
+@pytest.mark.parametrize("wait", ["flush", "close"])
+def test_a_flush_or_close_commits_without_waiting_out_the_gathering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait: str
+) -> None:
+    """The writer gathers rows for up to ``COALESCE`` before a commit; someone waiting for
+    them (a registry closing, a command ending) must not wait that out: a command's exit
+    waited about 50 ms after its run for it.  With the window a minute long, a flush or close
+    that waited it out would still be waiting when the bounded join gives up."""
+    import threading
+
+    from supervisor.journal import _store
+
+    monkeypatch.setattr(_store, "COALESCE", 60.0)
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    journal.write("CREATE TABLE scratch (x INTEGER)", ())
+    journal.write("INSERT INTO scratch VALUES (?)", (7,))
+    waiter = threading.Thread(target=getattr(journal, wait), daemon=True)
+    waiter.start()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    with contextlib.closing(sqlite3.connect(path)) as reader:
+        assert reader.execute("SELECT x FROM scratch").fetchall() == [(7,)]
+    journal.close()

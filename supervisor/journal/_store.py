@@ -150,6 +150,7 @@ class Journal:
         self._problem: str | None = None
         self._queue: queue.SimpleQueue[Statement | threading.Event | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._hurry = threading.Event()  # someone waits (flush, close): commit without gathering
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         try:
@@ -215,6 +216,7 @@ class Journal:
             return True
         done = threading.Event()
         self._queue.put(done)
+        self._hurry.set()  # after the marker is queued: the writer's next gathering sees it
         return done.wait(timeout)
 
     def close(self) -> None:
@@ -222,6 +224,7 @@ class Journal:
         thread = self._thread
         if thread is not None and thread.is_alive():
             self._queue.put(None)
+            self._hurry.set()
             thread.join()
         connection, self._connection = self._connection, None
         if connection is not None:
@@ -231,12 +234,15 @@ class Journal:
         """Commit what is queued, in transactions at most :data:`COALESCE` apart: a row
         waits at most that long for its commit, and a batch of runs costs a few commits a
         second instead of one per fact.  The thread sleeps between commits rather than
-        waking for every row, so the event loop rarely has to hand it the GIL."""
+        waking for every row, so the event loop rarely has to hand it the GIL.  A flush or a
+        close cuts the gathering short: a command's last rows are committed when it ends, not
+        up to :data:`COALESCE` later (its exit waited for that)."""
         stop = False
         while not stop:
             first = self._queue.get()
             if first is not None and not isinstance(first, threading.Event):
-                time.sleep(COALESCE)  # let the rows of this moment gather
+                self._hurry.wait(COALESCE)  # let the rows of this moment gather
+            self._hurry.clear()  # a flush or close from now on hurries the next gathering
             batch: list[Statement] = []
             markers: list[threading.Event] = []
             item: Statement | threading.Event | None = first
