@@ -28,6 +28,13 @@ def configure_logging(verbose: bool) -> None:
     else:  # raw failures hold child text: they stay out of a plain run's output
         handler = logging.NullHandler()
     logger.addHandler(handler)
+    # asyncio's own warnings and errors belong to the host log too: without a handler of
+    # their own they reach stderr through logging's last resort (a task's exception nobody
+    # retrieved may quote a child; a child's exit reported to a closed loop is not a line
+    # of ours).  Its level stays asyncio's.
+    own = logging.getLogger("asyncio")
+    own.propagate = False
+    own.addHandler(handler)
 
 
 STDOUT_GONE = f"{PROG}: stdout is closed: the answer was not written"
