@@ -220,3 +220,37 @@ def test_chat_and_batch_turns_refuse_a_kind_that_cannot_converse(plugin_path: st
         '{"id": "t", "error": "turns: subagent provider \\"my-echo\\" does not support the \\"conversation\\" capability"}'
     ]
     assert '"id": "one"' in proc.stdout
+
+
+def test_the_pages_trying_it_commands_do_what_their_comments_say(plugin_path: str, tmp_path: Path) -> None:
+    """The shell block of "Trying it" on the authors' page, run as it stands (its ``pip install``
+    is the fixture's, into a folder only these commands see)."""
+    import re
+
+    page = (DISTRIBUTION.parent.parent / "docs" / "writing-a-provider.md").read_text(encoding="utf-8")
+    section = page.split("### Trying it", 1)[1]
+    [script] = re.findall(r"```sh\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    lines = script.splitlines()
+    assert lines[0].startswith("pip install ./echo-provider")
+    path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    pythonpath = os.pathsep.join(p for p in (plugin_path, os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        ["bash", "-e", "-c", "\n".join(lines[1:])],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": path, "PYTHONPATH": pythonpath},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "echo         Echo child\n" in proc.stdout
+    assert "\nhi\n" in proc.stdout
+    assert re.search(r"^provider echo: found \(echo child .*/echo_provider/child\.py\)$", proc.stdout, re.M)
+
+
+def test_the_page_shows_the_distributions_child_and_pyproject() -> None:
+    page = (DISTRIBUTION.parent.parent / "docs" / "writing-a-provider.md").read_text(encoding="utf-8")
+    child = (DISTRIBUTION / "echo_provider" / "child.py").read_text(encoding="utf-8").rstrip()
+    pyproject = (DISTRIBUTION / "pyproject.toml").read_text(encoding="utf-8").rstrip()
+    assert f"```python\n{child}\n```" in page
+    assert f"```toml\n{pyproject}\n```" in page
