@@ -78,6 +78,9 @@ class ManagedProcess:
     async def spawn(cls, spec: SpawnSpec, task_group: TaskGroup) -> ManagedProcess:
         """Start ``spec.argv`` in a new session, inside its containment; raises :class:`SpawnFailed`."""
         check_program(spec)
+        # Before the leaf is made: a cancellation at this hop to a worker thread leaves nothing
+        # behind (after it, the leaf would stay, unknown to the keeper, past this process).
+        await sweep_once()  # what dead hosts left: once per host process
         try:
             if spec.containment.mode == "cgroup":
                 # Off the loop: a leaf's mkdir takes the kernel's cgroup_mutex, which a migration
@@ -105,7 +108,6 @@ class ManagedProcess:
             StderrMode.LOG: asyncio.subprocess.PIPE,
             StderrMode.DISCARD: asyncio.subprocess.DEVNULL,
         }[spec.stderr]
-        await sweep_once()  # what dead hosts left: once per host process
         loop = asyncio.get_running_loop()
         exited = anyio.Event()
         try:
