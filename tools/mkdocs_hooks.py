@@ -52,6 +52,22 @@ def _name(match: re.Match[str]) -> str:
     return f"<code>{target.rsplit('.', 1)[-1] if short else target}</code>"
 
 
+_TITLE = re.compile(r'title="([^"]*)"')
+_PRIVATE_PATH = re.compile(r"\b[A-Za-z_]\w*(?:\.\w+)*\._\w+(?:\.\w+)*")
+
+
+def _title(match: re.Match[str]) -> str:
+    """A link's hover title without a private module's path: ``X (supervisor._errors.X)`` is ``X``."""
+    title = _PRIVATE_PATH.sub(lambda path: path[0].rsplit(".", 1)[-1], match[1])
+    title = re.sub(r"^(\w+) \(\1\)$", r"\1", title)
+    return f'title="{title}"'
+
+
 def on_page_content(html: str, **_: Any) -> str:
     """Show a docstring's Sphinx role as the name it refers to (see the module's docstring)."""
     return _ROLE.sub(_name, html)
+
+
+def on_post_page(output: str, **_: Any) -> str:
+    """A hover title without a private module's path, once cross-references are resolved."""
+    return _TITLE.sub(_title, output)
