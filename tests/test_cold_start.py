@@ -61,6 +61,20 @@ def test_version_and_help_import_none_of_a_runs_machinery() -> None:
         assert under(loaded_after(code), RUN_MACHINERY + SDKS) == [], flag
 
 
+def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
+    """The journal reads the host's start time from /proc: psutil (tens of ms) stays unloaded."""
+    code = (
+        "import contextlib, io, os\n"
+        f"os.environ['SUBAGENTS_JOURNAL'] = {str(tmp_path / 'j.db')!r}\n"
+        "from supervisor.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['run', 'say hello']) == 0"
+    )
+    loaded = loaded_after(code)
+    assert "supervisor.journal._observer" in loaded
+    assert under(loaded, ("psutil",)) == []
+
+
 def test_every_public_name_has_an_origin_and_a_typed_import() -> None:
     """The lazy map and the import block that type checkers read name the same modules."""
     tree = ast.parse(Path(supervisor.__file__).read_text(encoding="utf-8"))

@@ -541,6 +541,22 @@ def test_a_live_host_is_not_interrupted_and_a_reused_pid_is(tmp_path: Path) -> N
     assert states == {"live": "running", "dead": INTERRUPTED, "reused": INTERRUPTED}
 
 
+def test_the_start_time_read_from_proc_is_psutils_to_the_bit() -> None:
+    """Rows written by versions that asked psutil compare equal with the value read now."""
+    from supervisor.journal._observer import host_identity
+    from supervisor.journal._start_time import NoSuchProcess, start_time
+
+    assert start_time(os.getpid()) == psutil.Process().create_time()
+    assert host_identity()[2] == psutil.Process().create_time()
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert start_time(child.pid) == psutil.Process(child.pid).create_time()
+    finally:
+        child.communicate(b"")
+    with pytest.raises(NoSuchProcess):
+        start_time(child.pid)
+
+
 def test_the_config_journal_keys_are_checked(tmp_path: Path) -> None:
     config = tmp_path / "agents.toml"
     config.write_text('journal = 3\n\n[[provider]]\nkind = "acp"\ncommand = "x"\n')

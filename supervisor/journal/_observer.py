@@ -21,11 +21,10 @@ import time
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
-import psutil
-
 from machines import Transition, TransitionSink
 from supervisor._config import config_digest
 from supervisor.common._text import cap_text
+from supervisor.journal._start_time import start_time
 from supervisor.journal._store import Journal
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ NOOP: RunObserver = _Noop()
 def host_identity() -> tuple[str, int, float]:
     """This process: host name, pid and start time (how a reader tells it is gone)."""
     pid = os.getpid()
-    return socket.gethostname(), pid, psutil.Process(pid).create_time()
+    return socket.gethostname(), pid, start_time(pid)
 
 
 _DIGESTS: dict[int, tuple[Any, str]] = {}

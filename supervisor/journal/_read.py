@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from supervisor.journal import _schema
+from supervisor.journal._start_time import NoSuchProcess, start_time
 from supervisor.journal._store import connect, reason_of
 
 FINAL = ("ended", "leaked")
@@ -150,10 +149,10 @@ def host_gone(host: str | None, pid: int | None, start: float | None) -> bool:
     if pid is None or start is None or (host is not None and host != _host):
         return False
     try:
-        return abs(psutil.Process(pid).create_time() - start) > 0.05
-    except psutil.NoSuchProcess:
+        return abs(start_time(pid) - start) > 0.05
+    except NoSuchProcess:
         return True
-    except psutil.Error:
+    except OSError:
         return False
 
 
