@@ -40,6 +40,7 @@ from supervisor.process._tree import ASYNCIO_CHILDREN, set_subreaper
 log = logging.getLogger("supervisor")
 
 DEFAULT_KILL_WAIT_SECONDS = 5.0
+EXIT_REPORT_WAIT_SECONDS = 10.0  # the kernel says exited; asyncio's report is on its way (see _child_gone)
 
 
 class ManagedProcess:
@@ -358,7 +359,11 @@ class ManagedProcess:
     async def _child_gone(self) -> bool:
         """Whether the direct child has exited, asking the kernel if asyncio has not said yet.
 
-        ``waitid(WNOWAIT)`` only peeks: the status stays for asyncio to reap.
+        ``waitid(WNOWAIT)`` only peeks: the status stays for asyncio to reap.  Once the kernel
+        says the child exited, asyncio's report always follows (its watcher thread reaps it, or
+        reports an unknown status if something else did): the bound only keeps a broken watcher
+        from hanging the ladder, and is long enough that an overloaded machine's late thread is
+        not mistaken for a child that did not go.
         """
         if self._exited.is_set():
             return True
@@ -369,7 +374,7 @@ class ManagedProcess:
         else:
             if result is None:
                 return False
-        with anyio.move_on_after(1.0):
+        with anyio.move_on_after(EXIT_REPORT_WAIT_SECONDS):
             await self._exited.wait()
         return self._exited.is_set()
 
