@@ -122,7 +122,8 @@ def strict_scalar(value: Any, annotation: Any) -> Any:
 class ProviderConfig(BaseModel):
     """Keys every provider kind accepts."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: the schema is built on first validation, not when a command imports it.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str | None = None
     cwd: Path | None = None

@@ -79,7 +79,8 @@ class SubagentRequest(BaseModel):
     provider that cannot honour them, rather than silently dropping them.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    # defer_build: the schema is built on first validation, not when a command imports it.
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
     task: str
     label: str | None = None
@@ -112,7 +113,7 @@ class Resources(BaseModel):
     controller for the run).  Numbers only: nothing here comes from the child.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     cpu_s: float | None = Field(default=None, ge=0)
     """CPU time of the whole tree, in seconds."""
@@ -136,7 +137,7 @@ class Usage(BaseModel):
     the agent did not report is None.  Nothing here is ever child text.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     input_tokens: TokenCount | None = None
     output_tokens: TokenCount | None = None
@@ -185,7 +186,7 @@ class SubagentResult(BaseModel):
     ``usage`` is what the turn used, when the agent reported it.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     output: str = ""
     stop_reason: str

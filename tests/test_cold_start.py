@@ -75,6 +75,31 @@ def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
     assert under(loaded, ("psutil",)) == []
 
 
+def test_the_contracts_models_are_built_on_first_use() -> None:
+    """Importing a run's modules builds none of the supervisor's pydantic models (each costs
+    milliseconds); the first validation builds it, and it validates as before."""
+    code = (
+        "import supervisor.cli._run, supervisor.providers.acp._run, supervisor.workspace\n"
+        "from pydantic import BaseModel\n"
+        "def subs(c):\n"
+        "    for s in c.__subclasses__():\n"
+        "        yield s\n"
+        "        yield from subs(s)\n"
+        "ours = {m.__qualname__: m.__pydantic_complete__ for m in subs(BaseModel) if m.__module__.startswith('supervisor')}\n"
+        "from supervisor import Usage\n"
+        "usage = Usage(input_tokens=3)\n"
+        "print(ours, Usage.__pydantic_complete__, usage.input_tokens)"
+    )
+    proc = python(code)
+    assert proc.returncode == 0, proc.stderr
+    built, usage_built, tokens = proc.stdout.rsplit(" ", 2)
+    models = ast.literal_eval(built)
+    assert {"SubagentRequest", "SubagentResult", "Usage", "ProviderConfig", "Workspace"} <= set(models)
+    # Capabilities alone is built: the contract makes its empty instance at import.
+    assert [name for name, complete in models.items() if complete] == ["Capabilities"]
+    assert (usage_built, tokens.strip()) == ("True", "3")
+
+
 def test_every_public_name_has_an_origin_and_a_typed_import() -> None:
     """The lazy map and the import block that type checkers read name the same modules."""
     tree = ast.parse(Path(supervisor.__file__).read_text(encoding="utf-8"))

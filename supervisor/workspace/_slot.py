@@ -48,7 +48,8 @@ class Workspace(BaseModel):
     nothing here is text the child wrote (no file name).
     """
 
-    model_config = ConfigDict(frozen=True)
+    # defer_build: the schema is built on first validation, not when a command imports it.
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     path: str
     """The worktree (it exists afterwards only when ``kept``)."""
