@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what the names are; at run time each is imported on first u
     from supervisor.process import ExitFacts as ExitFacts
     from supervisor.process import StderrMode as StderrMode
     from supervisor.process._host_limits import set_host_ceiling as set_host_ceiling
+    from supervisor.process._tree import own_orphans as own_orphans
     from supervisor.workspace import Workspace as Workspace
 
 # Where each public name is defined.  ``import supervisor`` imports none of them: the CLI's
@@ -101,6 +102,7 @@ _ORIGINS: dict[str, str] = {
     "ConversationEnd": "supervisor._errors",
     "Run": "supervisor._handle",
     "set_host_ceiling": "supervisor.process._host_limits",
+    "own_orphans": "supervisor.process._tree",
     "PROVIDERS_GROUP": "supervisor._kinds",
     "InstalledKind": "supervisor._kinds",
     "create_provider": "supervisor._kinds",
@@ -181,6 +183,7 @@ __all__ = (
     "foreground_text",
     "installed_kinds",
     "job_outcome",
+    "own_orphans",
     "progress_line",
     "set_host_ceiling",
     "settle_job",

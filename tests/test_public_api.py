@@ -40,6 +40,7 @@ EXPORTS = {
     "job_outcome",
     "settle_job",
     "set_host_ceiling",
+    "own_orphans",
     "JobOutcome",
     "JobStatus",
     # progress

@@ -48,6 +48,7 @@ from signal import Signals
 import anyio
 import anyio.lowlevel
 
+from supervisor._public import home
 from supervisor.process._childpin import ChildPin
 from supervisor.process._keeper import keeper_pid
 from supervisor.process._limit_support import LIMIT_KEYS
@@ -445,3 +446,6 @@ async def wait_gone(pids: list[int]) -> None:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+home("supervisor", own_orphans)
