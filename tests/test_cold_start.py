@@ -62,7 +62,8 @@ def test_version_and_help_import_none_of_a_runs_machinery() -> None:
 
 
 def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
-    """The journal reads the host's start time from /proc: psutil (tens of ms) stays unloaded."""
+    """The journal reads the host's start time from /proc: psutil (tens of ms) stays unloaded;
+    the TOML parser is loaded only for a config file."""
     code = (
         "import contextlib, io, os\n"
         f"os.environ['SUBAGENTS_JOURNAL'] = {str(tmp_path / 'j.db')!r}\n"
@@ -73,6 +74,7 @@ def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
     loaded = loaded_after(code)
     assert "supervisor.journal._observer" in loaded
     assert under(loaded, ("psutil",)) == []
+    assert "tomllib" not in loaded  # no --config: no TOML parser
 
 
 def test_the_contracts_models_are_built_on_first_use() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +104,8 @@ def _expand(value: str, where: str, key: str) -> str:
 
 def load_file(path: Path) -> list[Entry]:
     """Read and check the entries of ``path`` (kinds, names, ``${VAR}`` in ``env``)."""
+    import tomllib  # only with --config: a run without one does not pay for the parser
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

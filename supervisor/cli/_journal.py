@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,8 @@ def _config_settings(config: Path | None) -> tuple[str | bool | None, bool]:
     ``journal_text``."""
     if config is None:
         return None, False
+    import tomllib  # only with --config: a run without one does not pay for the parser
+
     try:
         document = tomllib.loads(config.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError):
