@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,32 @@ def test_the_contracts_models_are_built_on_first_use() -> None:
     # Capabilities alone is built: the contract makes its empty instance at import.
     assert [name for name, complete in models.items() if complete] == ["Capabilities"]
     assert (usage_built, tokens.strip()) == ("True", "3")
+
+
+def test_the_executable_freezes_its_startup_objects_and_main_does_not(tmp_path: Path) -> None:
+    """The executable's run takes its imported modules out of the collector's scans; a caller
+    of main() in its own interpreter keeps its collector as it was."""
+    env = {**os.environ, "SUBAGENTS_JOURNAL": str(tmp_path / "j.db")}
+    executable = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count() > 0}'))\n"
+        "sys.argv = ['subagents', 'run', 'say hello']\n"
+        "from supervisor.cli import console\n"
+        "console()"
+    )
+    in_process = (
+        "import contextlib, gc, io, sys\n"
+        "from supervisor.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['run', 'say hello']) == 0\n"
+        "sys.stderr.write(f'frozen={gc.get_freeze_count() > 0}')"
+    )
+    for code, frozen in ((executable, True), (in_process, False)):
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.endswith(f"frozen={frozen}")
 
 
 def test_every_public_name_has_an_origin_and_a_typed_import() -> None:

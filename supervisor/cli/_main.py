@@ -287,9 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             from supervisor.cli import _chat
 
+            _freeze_startup()
             return _chat.command(args, command)
         from supervisor.cli import _run  # the run's machinery: only when a run is asked for
 
+        _freeze_startup()
         return _run.command(args, command)
     except ConfigError as exc:
         return _usage(str(exc))
@@ -298,6 +300,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except SubagentError as exc:  # e.g. an unsupported capability: rejected before spawning
         return _usage(str(exc))
+
+
+_EXECUTABLE = False  # set by console(): main() is also called in-process, in an embedder's interpreter
+
+
+def _freeze_startup() -> None:
+    """The executable, once a run's modules are imported: they live as long as the process,
+    so the garbage collector stops scanning them (``gc.freeze``).  Without it, the SDK's
+    import (tens of thousands of objects, while the child starts) set off a full collection
+    of every object of the process: about 24 ms of a `run "say hello"`'s 55 ms of
+    collection.  New objects are collected as before.  An in-process caller's collector is
+    theirs: left alone."""
+    if _EXECUTABLE:
+        import gc
+
+        gc.freeze()
 
 
 def console() -> NoReturn:
@@ -311,6 +329,8 @@ def console() -> NoReturn:
     ends with ``os._exit``.  The interpreter's own exit is kept whenever that would not be
     the same: a non-daemon thread still alive, a flush that fails, no ``atexit`` runner.
     """
+    global _EXECUTABLE
+    _EXECUTABLE = True
     status = main()
     _quick_exit(status)
     sys.exit(status)
