@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-import anyio
 import psutil
 import pytest
 
@@ -27,6 +25,7 @@ from supervisor.provider import RunContext, SessionPlan
 from supervisor.providers.acp import AcpRun, Config, Provider, example_agent_config
 from supervisor.run._warm import WARM_TASK, WarmKey, _digest
 from tests.conftest import internals, tagged
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -49,13 +48,6 @@ def ready(registry: Registry, cwd: Path, name: str = "acp") -> int:
 def warm_runs(registry: Registry, cwd: Path) -> list[str]:
     assert registry._warm is not None
     return [run.id for run in registry._warm._slots[key(registry, cwd)].ready]
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait for ``condition`` (generously bounded: a hang fails, a slow machine does not)."""
-    with anyio.fail_after(120):
-        while not condition():  # noqa: ASYNC110 - OS facts (a process gone) and background refills
-            await anyio.sleep(0.01)
 
 
 def request(cwd: Path, task: str = "what is 2+2") -> SubagentRequest:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import pytest
 
 from supervisor import Registry, SessionPlan, StopReason, SubagentRequest
@@ -19,6 +18,7 @@ from tests.claude_code.conftest import ClaudeHome, claude_provider
 from tests.conftest import tagged
 from tests.mockmodel import MockModelServer, Text
 from tests.support.resume import written_under
+from tests.support.waits import until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
@@ -80,9 +80,7 @@ async def test_a_journaled_warm_cli_keeps_a_session_that_resumes_with_only_its_t
     assert first.output == "Noted: cobalt."
     assert isinstance(session_id, str)
     persisted = written_under(claude_home.config_dir / "projects", "Noted: cobalt.")
-    with anyio.fail_after(120):
-        while not persisted():  # noqa: ASYNC110 - the CLI's own write of its session file
-            await anyio.sleep(0.05)
+    await until(persisted)  # the CLI's own write of its session file
     resumed = Registry()
     resumed.register(claude_provider(claude_home, mock_model))
     plan = SessionPlan(run_id=run.id, resume=session_id, turns_before=1)
