@@ -182,6 +182,19 @@ def chat_env(journal: Path) -> dict[str, str]:
     return {**os.environ, "SUBAGENTS_JOURNAL": str(journal)}
 
 
+def chat(tmp_path: Path, journal: Path, line: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """One ``subagents chat`` in ``tmp_path``, journaled to ``journal``, saying ``line``."""
+    return subprocess.run(
+        [*CLI, "chat", *args],
+        cwd=tmp_path,
+        input=line,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=chat_env(journal),
+    )
+
+
 def test_chat_sigkilled_mid_turn_is_resumed_by_chat_resume(tmp_path: Path) -> None:
     journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
     sessions.mkdir()
@@ -218,15 +231,7 @@ def test_chat_sigkilled_mid_turn_is_resumed_by_chat_resume(tmp_path: Path) -> No
     [record] = list_runs(journal)
     assert (record.id, record.state, record.turns) == (run_id, INTERRUPTED, 2)
 
-    second = subprocess.run(
-        [*CLI, "chat", *keep, "--resume", run_id, "--json"],
-        cwd=tmp_path,
-        input="@recall\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    second = chat(tmp_path, journal, "@recall\n", *keep, "--resume", run_id, "--json")
     assert second.returncode == 0, second.stderr
     turn, end = (json.loads(line) for line in second.stdout.splitlines())
     # turn 2 was interrupted and is never sent again: the next one is turn 3, and it sees turn 1
@@ -248,40 +253,16 @@ def test_chat_resume_with_a_changed_config_exits_2_naming_the_provider(tmp_path:
     journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
     sessions.mkdir()
     keep = ["--env", f"SUBAGENT_EXAMPLE_SESSIONS={sessions}"]
-    done = subprocess.run(
-        [*CLI, "chat", *keep, "--json"],
-        cwd=tmp_path,
-        input="one\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    done = chat(tmp_path, journal, "one\n", *keep, "--json")
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout.splitlines()[0])["run_id"]
-    changed = subprocess.run(
-        [*CLI, "chat", *keep, "--env", "OTHER=1", "--resume", run_id],
-        cwd=tmp_path,
-        input="two\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    changed = chat(tmp_path, journal, "two\n", *keep, "--env", "OTHER=1", "--resume", run_id)
     assert changed.returncode == 2
     assert changed.stderr == (
         f'subagents: subagent provider "acp" is configured differently than when run {run_id} ran '
         "(its config digest changed): resume it with the same configuration\n"
     )
-    unknown = subprocess.run(
-        [*CLI, "chat", *keep, "--resume", "no-such-run"],
-        cwd=tmp_path,
-        input="two\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    unknown = chat(tmp_path, journal, "two\n", *keep, "--resume", "no-such-run")
     assert (unknown.returncode, unknown.stderr) == (
         2,
         f"subagents: no run no-such-run in the journal {journal}\n",
@@ -346,28 +327,12 @@ def test_chat_resume_of_a_session_the_agent_lost_is_one_line_exit_1(tmp_path: Pa
     journal, sessions = tmp_path / "j.db", tmp_path / "sessions"
     sessions.mkdir()
     keep = ["--env", f"SUBAGENT_EXAMPLE_SESSIONS={sessions}"]
-    done = subprocess.run(
-        [*CLI, "chat", *keep, "--json"],
-        cwd=tmp_path,
-        input="one\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    done = chat(tmp_path, journal, "one\n", *keep, "--json")
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout.splitlines()[0])["run_id"]
     for file in sessions.iterdir():
         file.unlink()
-    again = subprocess.run(
-        [*CLI, "chat", *keep, "--resume", run_id],
-        cwd=tmp_path,
-        input="two\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=chat_env(journal),
-    )
+    again = chat(tmp_path, journal, "two\n", *keep, "--resume", run_id)
     assert (again.returncode, again.stdout) == (1, "")
     assert again.stderr.endswith(
         "subagents: subagent conversation is over (provider: ACP; turn: 1; reason: not resumable)\n"
