@@ -67,20 +67,22 @@ async def cpu_per_run(journal: Journal | None, n: int, cwd: Path) -> float:
     return (cpu() - started) / n
 
 
+async def ticker(late: list[float], done: anyio.Event) -> None:
+    """Sleep 1 ms at a time until ``done``, noting how late each wake-up came: the loop's stalls."""
+    while not done.is_set():
+        before = time.perf_counter()
+        await anyio.sleep(0.001)
+        late.append(time.perf_counter() - before - 0.001)
+
+
 async def stalls(journal: Journal | None, n: int, cwd: Path) -> list[float]:
     late: list[float] = []
     done = anyio.Event()
 
-    async def ticker() -> None:
-        while not done.is_set():
-            before = time.perf_counter()
-            await anyio.sleep(0.001)
-            late.append(time.perf_counter() - before - 0.001)
-
     items = [{"id": f"s{i}", "task": f"task {i}"} for i in range(n)]
     reg = registry(journal)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
+        tg.start_soon(ticker, late, done)
         count = 0
         async for outcome in batch(items, registry=reg, concurrency=os.cpu_count() or 1, cwd=cwd):
             assert isinstance(outcome, BatchRecord), outcome
@@ -110,15 +112,9 @@ async def synthetic_stalls(journal: Journal | None, n: int) -> tuple[list[float]
     late: list[float] = []
     done = anyio.Event()
 
-    async def ticker() -> None:
-        while not done.is_set():
-            before = time.perf_counter()
-            await anyio.sleep(0.001)
-            late.append(time.perf_counter() - before - 0.001)
-
     started = time.perf_counter()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
+        tg.start_soon(ticker, late, done)
         for i in range(n):
             run = SimpleNamespace(
                 id=f"synthetic-{i}", kind="acp", provider_name="acp", turn=1, task="t", state="prompt",
