@@ -15,6 +15,8 @@ import os
 import sys
 from functools import cache
 
+from supervisor.process._keeper_main import start_ticks
+
 
 class NoSuchProcess(Exception):
     """No process has this pid."""
@@ -32,13 +34,10 @@ def start_time(pid: int) -> float:
             data = stat.read()
     except (FileNotFoundError, ProcessLookupError):
         raise NoSuchProcess(pid) from None
-    # The name (field 2) is in parentheses and may hold spaces and parentheses itself.
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        ticks = fields[19]  # field 22 of the file: the third is fields[0]
-    except IndexError:
-        raise OSError(f"/proc/{pid}/stat: no start time") from None
-    return float(ticks) / _clock_ticks() + _boot_time()
+    ticks = start_ticks(data)
+    if ticks is None:
+        raise OSError(f"/proc/{pid}/stat: no start time")
+    return ticks / _clock_ticks() + _boot_time()
 
 
 @cache

@@ -55,8 +55,13 @@ def start_time(pid: int) -> int | None:
             data = file.read()
     except OSError:
         return None
+    return start_ticks(data)
+
+
+def start_ticks(stat: bytes) -> int | None:
+    """Field 22 of a ``/proc/<pid>/stat`` file's content, or None if it has none."""
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     try:
         return int(fields[19])
     except (IndexError, ValueError):
