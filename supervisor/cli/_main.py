@@ -253,7 +253,8 @@ def _mcp(args: argparse.Namespace) -> int:
     return _mcp_cli.command(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
+    """The ``subagents`` command.  ``freeze`` (the executable only): see :func:`_freeze_startup`."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--" in arguments:
@@ -287,11 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             from supervisor.cli import _chat
 
-            _freeze_startup()
+            _freeze_startup(freeze)
             return _chat.command(args, command)
         from supervisor.cli import _run  # the run's machinery: only when a run is asked for
 
-        _freeze_startup()
+        _freeze_startup(freeze)
         return _run.command(args, command)
     except ConfigError as exc:
         return _usage(str(exc))
@@ -302,17 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(str(exc))
 
 
-_EXECUTABLE = False  # set by console(): main() is also called in-process, in an embedder's interpreter
-
-
-def _freeze_startup() -> None:
+def _freeze_startup(freeze: bool) -> None:
     """The executable, once a run's modules are imported: they live as long as the process,
     so the garbage collector stops scanning them (``gc.freeze``).  Without it, the SDK's
     import (tens of thousands of objects, while the child starts) set off a full collection
     of every object of the process: about 24 ms of a `run "say hello"`'s 55 ms of
     collection.  New objects are collected as before.  An in-process caller's collector is
     theirs: left alone."""
-    if _EXECUTABLE:
+    if freeze:
         import gc
 
         gc.freeze()
@@ -329,9 +327,7 @@ def console() -> NoReturn:
     ends with ``os._exit``.  The interpreter's own exit is kept whenever that would not be
     the same: a non-daemon thread still alive, a flush that fails, no ``atexit`` runner.
     """
-    global _EXECUTABLE
-    _EXECUTABLE = True
-    status = main()
+    status = main(freeze=True)
     _quick_exit(status)
     sys.exit(status)
 
