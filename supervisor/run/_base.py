@@ -415,6 +415,13 @@ class ProviderRun(ABC, Generic[ConfigT]):
     async def after_ladder(self) -> None:
         """Release protocol resources once the tree is gone."""
 
+    async def warm_up(self) -> None:
+        """A warm child's own setup, once its handshake is done and before it waits for a run
+        (warm children only): work the peer does at a session's first prompt that a request
+        it needs anyway, or a harmless one, can start ahead.  Send nothing of a task (there is
+        none yet) and leave the session as a cold start leaves it.  Bounded by
+        ``start_timeout_ms``; a failure or an overrun only loses the speed-up."""
+
     def teardown_facts(self, report: TeardownReport | None) -> FailureFacts:
         """Safe facts for a failed teardown: ``<teardown stage>/unknown``, with the exit
         facts when the vocabulary puts them on teardown lines; providers may refine it."""

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -398,28 +398,12 @@ class WarmPool:
             self._ending.discard(run)
 
 
-@runtime_checkable
-class WarmsUp(Protocol):
-    """A run with setup of its own to do once its handshake is done, before it waits.
-
-    A provider's run defines ``warm_up()`` when its peer does work at a session's first
-    prompt that a request the peer needs anyway, or a harmless one, can start ahead
-    (the pool calls it on warm children only).  It must not send anything of a task (a
-    warm child has none yet) and must leave the session as a cold start would leave it:
-    no message added to it, nothing a later run could see.
-    """
-
-    async def warm_up(self) -> None: ...
-
-
 async def warm_up(run: ProviderRun[Any]) -> None:
-    """Run a warm child's own setup (:class:`WarmsUp`), bounded by its ``start_timeout_ms``.
+    """Run a warm child's own setup (:meth:`ProviderRun.warm_up`), bounded by its ``start_timeout_ms``.
 
     Only a speed-up: a setup that fails or overruns is logged and the child is kept as
     it is (a child that died meanwhile is never handed out: :func:`_alive`).
     """
-    if not isinstance(run, WarmsUp):
-        return
     with anyio.move_on_after(run.config.start_timeout) as overran:
         try:
             await run.warm_up()
