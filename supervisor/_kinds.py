@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any, Generic, TypeVar
 
 from machines import Lifecycle, Vocabulary
@@ -33,6 +33,7 @@ from supervisor._public import home
 from supervisor._seam import NO_CAPABILITIES, Capabilities
 from supervisor._unusable import distribution_text, unusable
 from supervisor._version import DISTRIBUTION
+from supervisor.common._entry_points import group_entry_points, normalize, normalized_name
 from supervisor.common._logging import raw_failure
 
 log = logging.getLogger("supervisor")
@@ -123,14 +124,16 @@ class InstalledKind:
 
 def _discover() -> dict[str, InstalledKind]:
     """This distribution's kinds first, then the others; within each, the kinds that
-    need no extra first, then by name.  A name registered twice keeps the first."""
+    need no extra first, then by name.  A name registered twice keeps the first.  Only the
+    distributions that declare the group are parsed (see ``group_entry_points``)."""
+    own_name = normalize(DISTRIBUTION)
 
     def order(point: EntryPoint) -> tuple[bool, bool, str]:
-        own = point.dist is not None and point.dist.name == DISTRIBUTION
+        own = point.dist is not None and normalized_name(point.dist) == own_name
         return (not own, "[" in point.value, point.name)
 
     found: dict[str, InstalledKind] = {}
-    for point in sorted(entry_points(group=PROVIDERS_GROUP), key=order):
+    for point in sorted(group_entry_points(PROVIDERS_GROUP), key=order):
         found.setdefault(point.name, InstalledKind(point.name, point))
     return found
 
