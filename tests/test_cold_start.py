@@ -64,7 +64,8 @@ def test_version_and_help_import_none_of_a_runs_machinery() -> None:
 
 def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
     """The journal reads the host's start time from /proc: psutil (tens of ms) stays unloaded;
-    the TOML parser is loaded only for a config file."""
+    the TOML parser is loaded only for a config file; the kinds' discovery reads no
+    distribution's METADATA (its parser, ``email.parser``, stays unloaded)."""
     code = (
         "import contextlib, io, os\n"
         f"os.environ['SUBAGENTS_JOURNAL'] = {str(tmp_path / 'j.db')!r}\n"
@@ -76,6 +77,7 @@ def test_a_journaled_run_does_not_import_psutil(tmp_path: Path) -> None:
     assert "supervisor.journal._observer" in loaded
     assert under(loaded, ("psutil",)) == []
     assert "tomllib" not in loaded  # no --config: no TOML parser
+    assert "email.parser" not in loaded  # the kinds' discovery parses no distribution's METADATA
 
 
 def test_the_contracts_models_are_built_on_first_use() -> None:
@@ -101,6 +103,39 @@ def test_the_contracts_models_are_built_on_first_use() -> None:
     # Capabilities alone is built: the contract makes its empty instance at import.
     assert [name for name, complete in models.items() if complete] == ["Capabilities"]
     assert (usage_built, tokens.strip()) == ("True", "3")
+
+
+def test_the_executable_collects_nothing_while_a_run_s_modules_are_imported(tmp_path: Path) -> None:
+    """The executable switches the collector off from the command's dispatch to the freeze (an
+    import's objects live as long as the process), and back on after it; main() in a caller's
+    interpreter leaves the collector alone."""
+    env = {**os.environ, "SUBAGENTS_JOURNAL": str(tmp_path / "j.db")}
+    watch = (
+        "import atexit, gc, sys\n"
+        "import supervisor.cli._main as m\n"
+        "seen = {'before': 0, 'after': 0}\n"
+        "def count(phase, info):\n"
+        "    if phase == 'start' and 'supervisor.process' in sys.modules:\n"
+        "        seen['after' if gc.get_freeze_count() else 'before'] += 1\n"
+        "gc.callbacks.append(count)\n"
+    )
+    executable = watch + (
+        "atexit.register(lambda: sys.stderr.write(f\"{seen['before']} {seen['after'] > 0} {gc.isenabled()}\"))\n"
+        "sys.argv = ['subagents', 'run', 'say hello']\n"
+        "m.console()"
+    )
+    in_process = watch + (
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert m.main(['run', 'say hello']) == 0\n"
+        "sys.stderr.write(f\"{seen['before'] > 0} {gc.isenabled()}\")"
+    )
+    for code, expected in ((executable, "0 True True"), (in_process, "True True")):
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.endswith(expected), proc.stderr
 
 
 def test_the_executable_freezes_its_startup_objects_and_main_does_not(tmp_path: Path) -> None:
