@@ -7,10 +7,12 @@ system, from ``wait4``) and wall time are taken; medians are printed.  The comma
 - ``python -I -S`` running a compiled file that only ``execv``\\s ``/bin/true``: the floor of any
   Python shim (the interpreter's start; it never shuts down: the shim ``exec``\\s);
 - ``python -I -S -c pass``: the same with the interpreter's shutdown;
-- the shim with no step, then ``/bin/true``;
-- the shim with a root child's steps in process-tree mode (a mount namespace, the read-only paths,
-  every cgroup mount hidden, a private ``/dev/shm``, the bounding set dropped) and the parent-death
-  signal, then ``/bin/true`` (as root; otherwise the parent-death signal alone).
+- the Python shim with no step, then ``/bin/true``;
+- the Python shim with a root child's steps in process-tree mode (a mount namespace, the read-only
+  paths, every cgroup mount hidden, a private ``/dev/shm``, the bounding set dropped) and the
+  parent-death signal, then ``/bin/true`` (as root; otherwise the parent-death signal alone);
+- the compiled shim (``_shim.c``, built into the user's cache if it is not there yet) the same two
+  ways, where it can be had.
 
 CPU is steadier than wall time on a loaded machine; the load average is printed.
 """
@@ -25,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from supervisor.process._confine import is_root, root_steps, shim_command, view_steps
+from supervisor.process._confine import is_root, root_steps, shim_file, shim_python, view_steps
+from supervisor.process._cshim import default_shim
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "60"))
 
@@ -48,13 +51,21 @@ def main() -> None:
         steps = [f"pdeathsig={os.getpid()}"]
         if is_root():
             steps = ["ns=mount", *view_steps(None), *root_steps(frozenset()), *steps]
+        which = "root child steps" if is_root() else "pdeathsig"
+        shim = [shim_python(), "-I", "-S", shim_file()]
         commands: dict[str, list[str]] = {
             "exec /bin/true": ["/bin/true"],
             "python -I -S, exec /bin/true (floor)": [python, "-I", "-S", compiled],
             "python -I -S -c pass": [python, "-I", "-S", "-c", "pass"],
-            "shim, no step": shim_command([], ["/bin/true"]),
-            f"shim, {'root child steps' if is_root() else 'pdeathsig'}": shim_command(steps, ["/bin/true"]),
+            "Python shim, no step": [*shim, "--", "/bin/true"],
+            f"Python shim, {which}": [*shim, *steps, "--", "/bin/true"],
         }
+        built = default_shim().path()
+        if built is None:
+            print(f"no compiled shim: {default_shim().reason}")
+        else:
+            commands["compiled shim, no step"] = [built, "--", "/bin/true"]
+            commands[f"compiled shim, {which}"] = [built, *steps, "--", "/bin/true"]
         cpu: dict[str, list[float]] = {name: [] for name in commands}
         wall: dict[str, list[float]] = {name: [] for name in commands}
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -71,7 +82,7 @@ def main() -> None:
             os.close(devnull)
     for name in commands:
         print(
-            f"{name:<40} CPU median {statistics.median(cpu[name]) * 1000:6.2f} ms  "
+            f"{name:<42} CPU median {statistics.median(cpu[name]) * 1000:6.2f} ms  "
             f"wall median {statistics.median(wall[name]) * 1000:6.2f} ms"
         )
     print(f"load average after: {os.getloadavg()}")

@@ -44,8 +44,10 @@ from supervisor.process._confine import (
 from supervisor.providers.acp import Config as AcpConfig
 from tests.conftest import CGROUP_AVAILABLE, CHILDREN, PYTHON
 from tests.support import cgroup_roots
+from tests.support.shims import either_shim
 
 pytestmark = pytest.mark.anyio
+__all__ = ["either_shim"]  # the fixture, used by name
 
 ROOT = os.geteuid() == 0
 REPO = Path(__file__).resolve().parent.parent
@@ -165,7 +167,7 @@ GRANTED = (
 
 @needs_landlock
 async def test_a_confined_child_is_denied_every_access_outside_its_policy(
-    places: dict[str, Any], task_group: TaskGroup, containment: Containment
+    either_shim: str, places: dict[str, Any], task_group: TaskGroup, containment: Containment
 ) -> None:
     spec = probe_spec(places, containment, confinement=confinement_for(places))
     results, proc = await probe(spec, task_group)
@@ -268,7 +270,9 @@ def test_confine_where_the_kernel_cannot_is_a_configuration_error() -> None:
 
 @root_in_cgroup_mode
 @pytest.mark.usefixtures("untouched_roots")
-async def test_a_root_child_is_not_the_machines_root(places: dict[str, Any], task_group: TaskGroup) -> None:
+async def test_a_root_child_is_not_the_machines_root(
+    either_shim: str, places: dict[str, Any], task_group: TaskGroup
+) -> None:
     """What the third release's root child did to the machine, tried again: write the cgroup
     root it sees, fill it with groups, raise its own limits, mount, unshare, reach the host's
     mount through ``/proc/1/root``.  It sees only its own group, lacks the capabilities, and
@@ -349,7 +353,7 @@ async def test_an_embedder_keeps_a_capability(places: dict[str, Any], task_group
 @pytest.mark.skipif(not ROOT, reason="a root supervisor")
 @pytest.mark.usefixtures("untouched_roots")
 async def test_a_root_child_in_process_tree_mode_sees_no_cgroup_mount(
-    places: dict[str, Any], task_group: TaskGroup
+    either_shim: str, places: dict[str, Any], task_group: TaskGroup
 ) -> None:
     containment = containment_for(ContainmentMode.PROCESS_TREE)
     results, proc = await probe(probe_spec(places, containment), task_group)
@@ -383,7 +387,11 @@ async def main() -> None:
         line = await proc.stdout.readline()
         report = await proc.teardown(TeardownLadder(), eof_grace=5.0, term_grace=2.0)
         tg.cancel_scope.cancel()
-    print(json.dumps({"uid": os.geteuid(), "results": json.loads(line)["results"], "quiescent": report.quiescent}))
+    from supervisor.process._cshim import compiled_shim
+    print(json.dumps({
+        "uid": os.geteuid(), "results": json.loads(line)["results"], "quiescent": report.quiescent,
+        "compiled_shim": compiled_shim(),
+    }))
 
 anyio.run(main)
 """
@@ -400,9 +408,10 @@ def _as_nobody() -> None:
 @pytest.mark.skipif(
     not ROOT or not SYSTEM_PYTHON.exists(), reason="needs root (to become nobody) and a system python3.11"
 )
-def test_a_non_root_supervisor_confines_its_child_too() -> None:
+def test_a_non_root_supervisor_confines_its_child_too(either_shim: str) -> None:
     """As uid 65534: no capability to lean on, so the shim sets no_new_privs before the ruleset;
-    every file the user may read (the key is world-readable here) is still out of the child's reach."""
+    every file the user may read (the key is world-readable here) is still out of the child's reach.
+    The compiled shim is built by that user, into a cache directory of its own."""
     import shutil
     import site
     import subprocess
@@ -410,14 +419,22 @@ def test_a_non_root_supervisor_confines_its_child_too() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="subagent-nobody-", dir="/tmp"))  # pytest's folders are root's alone
     try:
-        _confined_as_nobody(tmp, make_places(tmp), site.getsitepackages(), subprocess.run)
+        outcome = _confined_as_nobody(tmp, make_places(tmp), site.getsitepackages(), subprocess.run)
+        if either_shim == "compiled":
+            assert str(outcome["compiled_shim"]).startswith(f"{tmp}/cache/")
+        else:
+            assert outcome["compiled_shim"] is None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _confined_as_nobody(tmp: Path, places: dict[str, Any], site_packages: list[str], run: Any) -> None:
+def _confined_as_nobody(
+    tmp: Path, places: dict[str, Any], site_packages: list[str], run: Any
+) -> dict[str, Any]:
     for path in (tmp, tmp / "home", tmp / "home" / ".ssh"):
         path.chmod(0o755)
+    (tmp / "cache").mkdir(mode=0o700)
+    os.chown(tmp / "cache", 65534, 65534)
     for path in (places["workspace"], tmp / "outside", tmp / "state"):
         path.chmod(0o777)
     for path in (Path(places["secret"]), Path(places["readable"])):
@@ -427,7 +444,7 @@ def _confined_as_nobody(tmp: Path, places: dict[str, Any], site_packages: list[s
     host = run(
         [str(SYSTEM_PYTHON), "-c", NOBODY_HOST, json.dumps(wanted), str(REPO), PROBE],
         capture_output=True, text=True, timeout=120, cwd="/tmp",
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *site_packages])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *site_packages]), "XDG_CACHE_HOME": str(tmp / "cache")},
         preexec_fn=_as_nobody, check=False,
     )  # fmt: skip
     assert host.returncode == 0, host.stderr[-2000:]
@@ -443,6 +460,7 @@ def _confined_as_nobody(tmp: Path, places: dict[str, Any], site_packages: list[s
     assert results["write_writable"] == "ok"
     assert results["read_readable"] == "ok"
     assert Path(places["outside_file"]).read_text() == "keep me"
+    return dict(outcome)
 
 
 def test_a_root_child_s_mount_view_shows_exactly_the_mounts_holding_its_groups(

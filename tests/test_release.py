@@ -85,6 +85,7 @@ def test_the_sdist_holds_the_sources_and_the_changelog_and_no_tests(built: tuple
         names = {name.removeprefix(f"{top}/") for name in archive.getnames()}
     for needed in ("pyproject.toml", "README.md", "CHANGELOG.md", "supervisor/py.typed", "machines/py.typed"):
         assert needed in names
+    assert "supervisor/process/_shim.c" in names  # the compiled spawn shim's source
     assert "supervisor/providers/acp/_example_agent.py" in names
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/"))]
 
@@ -97,6 +98,7 @@ def test_the_wheel_holds_the_packages_and_the_console_script(built: tuple[Path, 
         info = f"subagent_supervisor-{__version__}.dist-info"
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
     assert {"supervisor/py.typed", "machines/py.typed", "supervisor/providers/acp/_example_agent.py"} <= names
+    assert "supervisor/process/_shim.c" in names  # built on first use into the user's cache
     assert "subagents = supervisor.cli:console" in entry_points
     assert not [name for name in names if name.startswith(("tests/", "benchmarks/"))]
 

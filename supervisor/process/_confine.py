@@ -1,7 +1,7 @@
 """What a child may touch: Landlock confinement, and a root child that is not the machine's root.
 
-Both are applied by the spawn shim (``_shim.py``, a stdlib-only Python program run
-with ``-I -S``) in the child's own process before it ``exec``s the agent, so there is
+Both are applied by the spawn shim (``_shim.c`` compiled, or ``_shim.py``, a stdlib-only
+Python program run with ``-I -S``) in the child's own process before it ``exec``s the agent, so there is
 no instruction of the agent's that runs unconfined.
 
 **Confinement** (``confine = true``): a Landlock ruleset that handles every file-system
@@ -39,6 +39,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from supervisor.process._cshim import compiled_shim
 
 SHIM = Path(__file__).with_name("_shim.py")
 
@@ -366,7 +368,11 @@ def _current(cached: Path, source: os.stat_result) -> bool:
 
 
 def shim_command(steps: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """The argv that runs the shim's ``steps`` and then ``argv``."""
+    """The argv that runs the shim's ``steps`` and then ``argv``: the compiled shim where this
+    process has one (checked now), else the Python one."""
+    compiled = compiled_shim()
+    if compiled is not None:
+        return [compiled, *steps, "--", *argv]
     return [shim_python(), "-I", "-S", shim_file(), *steps, "--", *argv]
 
 

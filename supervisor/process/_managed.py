@@ -19,6 +19,7 @@ from machines import TeardownLadder
 from supervisor._public import home
 from supervisor.process._childpin import ChildPin
 from supervisor.process._containment import Enclosure
+from supervisor.process._cshim import prepare_shim
 from supervisor.process._cwd import spawn_cwd
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._host import pdeathsig_argv, pdeathsig_preexec, this_host
@@ -82,6 +83,8 @@ class ManagedProcess:
         # Before the leaf is made: a cancellation at this hop to a worker thread leaves nothing
         # behind (after it, the leaf would stay, unknown to the keeper, past this process).
         await sweep_once()  # what dead hosts left: once per host process
+        if shimmed(spec):  # the compiled shim checked (or built) off the loop
+            await prepare_shim()
         try:
             if spec.containment.mode == "cgroup":
                 # Off the loop: a leaf's mkdir takes the kernel's cgroup_mutex, which a migration

@@ -34,7 +34,13 @@ spawned is the agent's):
     directory the child was started in (the workspace, as opened by the kernel).
 
 Any step that fails ends the shim with status 125 before the program runs, with one
-line on stderr naming the step and the errno (no child text exists yet).
+line on stderr naming the step and the errno (no child text exists yet); so does a
+command line the supervisor never builds (``a malformed step: errno 22``).  The program
+gets ``SIGPIPE`` and ``SIGXFSZ`` at their default (the interpreter's start ignores both,
+and an ignored signal stays ignored across ``execve``).
+
+The same program in C (``_shim.c``) is what the supervisor runs where it could be compiled
+(``_cshim.py``); this one is the fallback, and the two are tested alike.
 
 Every spawn of a root supervisor (and every confined one) pays this program's start, so it
 imports nothing but built-in modules and ``_ctypes``: ``posix`` instead of ``os`` (the same
@@ -46,6 +52,7 @@ calls them (C ``int`` result, default argument conversion, ``errno`` kept).  Wha
 the interpreter's own start (``python -I -S -c pass``).
 """
 
+import _signal  # type: ignore[import-not-found]  # built in (signal.py imports enum)
 import posix
 import sys
 from _ctypes import (
@@ -286,8 +293,11 @@ def _landlock(handled: str, rules: list[str]) -> None:
 
 
 def main(args: list[str]) -> None:
-    split = args.index("--")
+    split = args.index("--") if "--" in args else len(args)
     steps, argv = args[:split], args[split + 1 :]
+    if not argv:  # no "--", or no program after it
+        _malformed()
+        return
     env = _environment()
     rules = [step[5:] for step in steps if step.startswith("rule=")]
     try:
@@ -312,11 +322,24 @@ def main(args: list[str]) -> None:
     except _Failed as exc:
         posix.write(2, f"subagent spawn shim: {exc}\n".encode())
         posix._exit(125)
+    except (KeyError, ValueError):
+        _malformed()
+        return
+    # The interpreter's start ignored these two; the program gets them as the supervisor gave
+    # them (subprocess restores both to the default in the child it starts).
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
     try:
         _execvpe(argv, env)
     except OSError as exc:
         posix.write(2, f"subagent spawn shim: exec: errno {exc.errno}\n".encode())
         posix._exit(126 if exc.errno != _ENOENT else 127)
+
+
+def _malformed() -> None:
+    """A command line the supervisor never builds (no ``--``, no program, a step it cannot read)."""
+    posix.write(2, b"subagent spawn shim: a malformed step: errno 22\n")
+    posix._exit(125)
 
 
 def _environment() -> dict[bytes, bytes]:
