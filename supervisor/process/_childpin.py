@@ -28,6 +28,8 @@ import os
 import signal
 from signal import Signals
 
+import anyio
+
 from supervisor.process._keeper_main import start_time
 
 log = logging.getLogger("supervisor")
@@ -91,6 +93,14 @@ class ChildPin:
         except PermissionError as exc:  # a foreign group took the id: do not touch it
             log.debug("killpg(%d) refused: %r", self.pid, exc)
             return False
+        return True
+
+    async def exited(self) -> bool:
+        """Wait until the kernel says the child has exited (its pidfd turns readable: a
+        zombie, reaped or not); False at once when no pidfd is held."""
+        if self._fd is None:
+            return False
+        await anyio.wait_readable(self._fd)
         return True
 
     def close(self) -> None:

@@ -397,8 +397,13 @@ class ManagedProcess:
             with anyio.move_on_after(within) as scope:
                 self._grace_scope = scope if interruptible else None
                 try:
-                    await self._exited.wait()
+                    # The kernel's word that the child exited (its pidfd) starts the look at the
+                    # rest of the tree; asyncio's report (the exit status, from its reaping) comes
+                    # from a thread, late on a loaded loop: it is awaited after the look, not before.
+                    if self._pin is None or not await self._pin.exited():
+                        await self._exited.wait()
                     await self._enclosure.wait_empty(resignal)
+                    await self._exited.wait()
                     return True
                 finally:
                     self._grace_scope = None
