@@ -66,8 +66,24 @@ exit status:
 
 
 class _Parser(argparse.ArgumentParser):
+    usage_tail = ""
+    """Added to the usage line argparse makes (``run``, ``chat``: `` [-- COMMAND ARGS...]``),
+    once, when the usage is first shown: making it is a few ms a command need not pay."""
+
     def error(self, message: str) -> Any:  # one line, exit 2
         raise ConfigError(message)
+
+    def format_usage(self) -> str:
+        self._add_usage_tail()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._add_usage_tail()
+        return super().format_help()
+
+    def _add_usage_tail(self) -> None:
+        if self.usage_tail and self.usage is None:
+            self.usage = super().format_usage().removeprefix("usage: ").rstrip() + self.usage_tail
 
 
 def _run_options(run: argparse.ArgumentParser, *, timeout_help: str, json_help: str) -> None:
@@ -119,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
         run, timeout_help="cancel the run after SECONDS", json_help="print one JSON object on stdout"
     )
     run.add_argument("task", metavar="TASK", help="the task text, or - to read it from stdin")
-    run.usage = run.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
+    run.usage_tail = " [-- COMMAND ARGS...]"
 
     chat = commands.add_parser(
         "chat",
@@ -137,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUN_ID",
         help="continue a journaled conversation (same --config or -- COMMAND as the chat it continues)",
     )
-    chat.usage = chat.format_usage().removeprefix("usage: ").rstrip() + " [-- COMMAND ARGS...]"
+    chat.usage_tail = " [-- COMMAND ARGS...]"
 
     diagrams = commands.add_parser(
         "diagrams", help="print the lifecycle diagrams as Mermaid (or write, check, render them)"
