@@ -10,15 +10,20 @@ and ``--numstat`` counts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import anyio
 
 SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotePath=true")
+KILLED_GIT_WAIT = 5.0
+"""Seconds a killed git is waited for before the cancellation that killed it goes on."""
 
 
 class GitFailed(Exception):
@@ -37,17 +42,46 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 async def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """Run ``git -C cwd args`` off the event loop; its stdout, or :class:`GitFailed`."""
+    """Run ``git -C cwd args`` off the event loop; its stdout, or :class:`GitFailed`.
+
+    Cancelled, git is killed and waited for first."""
     program = shutil.which("git")
     if program is None:
         raise GitFailed("git is not installed")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            returncode = await _run_to_its_end([program, *SAFE, "-C", str(cwd), *args], _env(env), out, err)
+        except OSError as exc:
+            raise GitFailed(repr(exc)) from exc
+        if returncode != 0:
+            err.seek(0)
+            raise GitFailed(f"git {args[0]}: {err.read().decode('utf-8', 'replace').strip()[:500]}")
+        out.seek(0)
+        return out.read().decode("utf-8", "replace").strip()
+
+
+async def _run_to_its_end(argv: list[str], env: dict[str, str], out: IO[bytes], err: IO[bytes]) -> int:
+    """Run ``argv`` (its output into files, its stdin empty) to its end; its exit status.
+
+    Cut off by a cancellation, the child is killed and waited for before the cancellation
+    goes on.  Why not ``anyio.run_process``: cancelled while asyncio connects a new child's
+    pipes, asyncio kills the child and waits for nobody, and the child watcher that reaps
+    it later reports to an event loop the CLI may have closed (asyncio's "Loop ... that
+    handles pid N is closed").  So the spawn is shielded (once forked, the child is ours to
+    wait for), the output goes to files rather than pipes (nothing to drain, nothing left
+    open), and the wait after the kill is shielded and bounded: a process stuck in the
+    kernel may not die at once, and the watcher still reaps it when it does."""
+    await anyio.lowlevel.checkpoint_if_cancelled()  # already cut off: spawn nothing
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
     try:
-        done = await anyio.run_process([program, *SAFE, "-C", str(cwd), *args], env=_env(env), check=False)
-    except OSError as exc:
-        raise GitFailed(repr(exc)) from exc
-    if done.returncode != 0:
-        raise GitFailed(f"git {args[0]}: {done.stderr.decode('utf-8', 'replace').strip()[:500]}")
-    return done.stdout.decode("utf-8", "replace").strip()
+        return await process.wait()
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            with anyio.move_on_after(KILLED_GIT_WAIT, shield=True):
+                await process.wait()
 
 
 @dataclass(frozen=True, slots=True)
