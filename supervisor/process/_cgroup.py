@@ -371,6 +371,11 @@ class CgroupEnclosure:
         """What the tree used, read once it is gone and before its leaves are removed."""
         return self._usage
 
+    @property
+    def watches(self) -> bool:
+        """Whether :meth:`watch` has anything to do (else the run starts no task for it)."""
+        return self.cgroups.watching
+
     async def watch(self) -> None:
         """Enforce what the kernel leaves to the supervisor (cgroup v1: out of memory ends
         the whole run)."""
@@ -382,7 +387,8 @@ class CgroupEnclosure:
 
     def started(self, pid: int) -> None:
         self._root = pid
-        self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
+        if self._pin is None or self._pin.pid != pid:
+            self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
 
     def program_running(self) -> None:
         """The child wrote its first output: it runs the program, in the run's namespace."""

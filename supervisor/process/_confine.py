@@ -221,6 +221,7 @@ def capability_name(value: str) -> str:
     return name
 
 
+@functools.cache  # the kernel's own constant: read once, not at every spawn
 def _last_capability() -> int:
     try:
         return int(Path("/proc/sys/kernel/cap_last_cap").read_text())

@@ -80,7 +80,10 @@ class Enclosure(Protocol):
 
     async def watch(self) -> None:
         """While the run lives: enforce what the kernel leaves to the supervisor (on cgroup
-        v1, an out-of-memory kill ends the whole run).  Returns when there is nothing to do."""
+        v1, an out-of-memory kill ends the whole run).  Returns when there is nothing to do.
+
+        An enclosure may also have a ``watches`` attribute: false when this has nothing to do,
+        so that the run starts no task for it (optional: without it, the task is started)."""
         ...
 
     def limit_hit(self) -> KernelHit | None:

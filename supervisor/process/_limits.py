@@ -253,6 +253,11 @@ class RunCgroups:
 
     # -- the v1 out-of-memory watch --------------------------------------------------------
 
+    @property
+    def watching(self) -> bool:
+        """Whether :meth:`watch` has an out-of-memory watch to wait on."""
+        return self._oom is not None
+
     async def watch(self, end_run: Callable[[], Awaitable[None]]) -> None:
         """End the whole run once the kernel counts an out-of-memory kill in it (cgroup v1).
 

@@ -164,10 +164,10 @@ class ManagedProcess:
         loop = asyncio.get_running_loop()
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         ASYNCIO_CHILDREN.add(proc.pid)
-        enclosure.started(proc.pid)
         pinned = getattr(enclosure, "pinned", None)  # optional: signals by number go through the pin
         if pinned is not None:
-            pinned(pin)
+            pinned(pin)  # first: ``started`` then reads the child's start time from the pin
+        enclosure.started(proc.pid)
         # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
         register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
         # optional: an enclosure that wants to look at the program once it runs (its namespace)
@@ -176,7 +176,8 @@ class ManagedProcess:
         managed._tmpdir = tmpdir
         managed._pin = pin
         task_group.start_soon(managed._watch_exit, exited)
-        task_group.start_soon(enclosure.watch)
+        if getattr(enclosure, "watches", True):  # optional: an enclosure with nothing to watch says so
+            task_group.start_soon(enclosure.watch)
         if proc.stderr is not None:
             task_group.start_soon(managed._stderr_tail.drain, proc.stderr, proc.pid)
         return managed

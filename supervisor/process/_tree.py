@@ -163,7 +163,8 @@ class TreeEnclosure:
 
     def started(self, pid: int) -> None:
         self._root = pid
-        self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
+        if self._pin is None or self._pin.pid != pid:
+            self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
         self._root_start = self._pin.start if self._pin.start is not None else _start_time(pid)
         self._since = self._root_start if self._root_start is not None else _now_ticks() - 1
 
@@ -286,6 +287,9 @@ class TreeEnclosure:
     @property
     def usage(self) -> Usage | None:
         return None
+
+    watches = False
+    """:meth:`watch` has nothing to do: the run's task group starts no task for it."""
 
     async def watch(self) -> None:
         return None
