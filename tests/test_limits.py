@@ -9,6 +9,7 @@ counters the kernel would write.  The v1 path runs on the real kernel in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,32 @@ def test_a_v2_controller_the_kernel_will_not_enable_is_a_reason_naming_the_file(
     with pytest.raises(LimitRefused) as refused:
         HostGroups().group(Hierarchy(2, base / "missing", frozenset()), "subagents-1-2")
     assert refused.value.filename == str(base / "missing" / "subagents-1-2")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        [],  # a leaf with no group below (link count 2: not listed)
+        ["agent"],  # the root child's group only (found by name, not listed)
+        ["agent", "agent/nested"],  # a group a nested supervisor made below the child's
+        ["agent", "other"],  # a group beside the child's
+        ["other"],  # one group, not the one named
+    ],
+)
+def test_a_groups_subtree_is_every_group_below_it_deepest_first(tmp_path: Path, shape: list[str]) -> None:
+    """What ``os.walk(topdown=False)`` gives (the order ``rmdir`` needs), whether the link
+    counts let it skip the listing or not (a file system that does not count them lists)."""
+    from supervisor.process._limit_files import subtree, subtree_sum
+
+    leaf = tmp_path / "run-x"
+    leaf.mkdir()
+    (leaf / "memory.oom_control").write_text("oom_kill_disable 0\noom_kill 1\n")
+    for name in shape:
+        (leaf / name).mkdir()
+        (leaf / name / "memory.oom_control").write_text("oom_kill 2\n")
+    walked = [Path(root) for root, _dirs, _files in os.walk(leaf, topdown=False)]
+    got = subtree(leaf, "agent")
+    assert sorted(got) == sorted(walked)
+    assert all(got.index(d) < got.index(d.parent) for d in got if d.parent in got)  # deepest first
+    assert subtree_sum(leaf, "memory.oom_control", "oom_kill", "agent") == 1 + 2 * len(shape)
+    assert subtree(tmp_path / "gone") == []

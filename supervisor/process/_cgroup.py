@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from signal import Signals
@@ -44,6 +44,7 @@ from supervisor.process._escapes import (
 from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper_main import start_time as process_start_time
+from supervisor.process._limit_files import subtree
 from supervisor.process._limit_support import Hierarchy, LimitSupport, limit_support
 from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._limits import RunCgroups
@@ -408,8 +409,7 @@ class CgroupEnclosure:
 
     def _subtree(self) -> list[Path]:
         """The leaf and the cgroups below it, deepest first (the order ``rmdir`` needs)."""
-        below = [Path(root) for root, _dirs, _files in os.walk(self.leaf, topdown=False)]
-        return below or [self.leaf]
+        return subtree(self.leaf, self.below) or [self.leaf]
 
     def populated(self) -> bool:
         try:
@@ -499,8 +499,7 @@ class CgroupEnclosure:
         if not self._watch or self._namespace is not None or self._released:
             return
         ours = own_cgroup_namespace()
-        held = self._root is not None and self._pin is not None and self._pin.held()
-        for pid in (*((self._root,) if held and self._root is not None else ()), *self.members()):
+        for pid in self._namespace_candidates():
             pinned = pin_cgroup_namespace(pid)
             if pinned is None:
                 continue
@@ -509,6 +508,14 @@ class CgroupEnclosure:
                 self._namespace, self._namespace_fd = found, fd
                 return
             os.close(fd)
+
+    def _namespace_candidates(self) -> Iterator[int]:
+        """The child while it is held, then the leaf's members, listed only if it is not enough
+        (listing them walks the leaf's subtree: most of a run's first output's cost)."""
+        root = self._root
+        if root is not None and self._pin is not None and self._pin.held():
+            yield root
+        yield from self.members()
 
     async def _escapees(self) -> list[int]:
         """Live processes of the run outside the leaf: in its cgroup namespace or carrying its

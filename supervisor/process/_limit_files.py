@@ -74,16 +74,44 @@ def stat_value(path: Path, key: str) -> int | None:
     return None
 
 
-def subtree_sum(group: Path, name: str, key: str) -> int:
+def subtree(group: Path, below: str = "") -> list[Path]:
+    """``group`` and every group below it, deepest first ([] if ``group`` is gone).
+
+    A cgroup directory's link count is 2 plus its subdirectories (cgroup file systems keep
+    it so, in v1 and v2), so a group with none is not listed, and one whose only subdirectory
+    is the ``below`` the run made is not either: listing a group reads every one of its
+    files' names (dozens per group), a ``stat`` reads one number.  Any other count (more
+    groups, or a file system that does not count them: 1) lists it.
+    """
+    try:
+        links = os.stat(group).st_nlink
+    except OSError:
+        return []
+    if links == 2:
+        return [group]
+    if links == 3 and below:
+        only = group / below
+        with contextlib.suppress(OSError):
+            if os.stat(only).st_nlink == 2:
+                return [only, group]
+    found: list[Path] = []
+    try:
+        with os.scandir(group) as entries:
+            subdirectories = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return [group]
+    for directory in subdirectories:
+        found += subtree(directory)
+    return [*found, group]
+
+
+def subtree_sum(group: Path, name: str, key: str, below: str = "") -> int:
     """``key`` of ``name`` summed over ``group`` and the groups below it.
 
     cgroup v1 counts an out-of-memory kill in the victim's own group and a refused fork
     in the forking one (neither is passed up): a root child sits in a group below its
-    run's leaf, and a nested supervisor makes more."""
-    total = 0
-    for directory, _dirs, _files in os.walk(group):
-        total += stat_value(Path(directory) / name, key) or 0
-    return total
+    run's leaf (``below``), and a nested supervisor makes more."""
+    return sum(stat_value(directory / name, key) or 0 for directory in subtree(group, below))
 
 
 def read_number(path: Path) -> int | None:

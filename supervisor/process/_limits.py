@@ -27,6 +27,7 @@ from supervisor.process._limit_files import (
     pids_file,
     read_number,
     stat_value,
+    subtree,
     subtree_sum,
     write_file,
 )
@@ -75,6 +76,8 @@ class RunCgroups:
         self.v1_leaves: list[Path] = []
         self._oom: OomWatch | None = None
         self._oom_kills_seen = 0
+        self.below = ""
+        """The group below each leaf (a root child's, :meth:`mirror`), or ``""``."""
 
     @classmethod
     def create(
@@ -158,6 +161,7 @@ class RunCgroups:
         out-of-memory at the copy must still end the whole run: ``memory.oom.group`` there too
         (v2), and the v1 watch listens on the group below (the kernel notifies the group out of
         memory and the groups below it)."""
+        self.below = below
         limits = self.limits
         v2 = [c for c in (MEMORY, PIDS, CPU) if c in self.leaves and self._version(c) == 2]
         wanted = {MEMORY: True, PIDS: limits.pids_max is not None, CPU: limits.cpu_max is not None}
@@ -208,7 +212,7 @@ class RunCgroups:
         leaf = self.leaves[MEMORY]
         if self._version(MEMORY) == 2:
             return stat_value(leaf / "memory.events", "oom_kill") or 0
-        return subtree_sum(leaf, "memory.oom_control", "oom_kill")
+        return subtree_sum(leaf, "memory.oom_control", "oom_kill", self.below)
 
     def refused_forks(self) -> int:
         """Forks in the run's tree the kernel refused (any limit's)."""
@@ -219,7 +223,7 @@ class RunCgroups:
             return stat_value(leaf / "pids.events.local", "max") or 0
         if self._version(PIDS) == 2:
             return stat_value(leaf / "pids.events", "max") or 0
-        return subtree_sum(leaf, "pids.events", "max")
+        return subtree_sum(leaf, "pids.events", "max", self.below)
 
     def hit(self) -> KernelHit | None:
         """The limit the kernel enforced on the run, if any: an out-of-memory kill first,
@@ -303,9 +307,9 @@ class RunCgroups:
                 continue
             except FileNotFoundError:
                 continue
-            except OSError:  # groups a nested supervisor made inside: deepest first
+            except OSError:  # groups below it (the root child's, a nested supervisor's): deepest first
                 pass
-            for directory, _dirs, _files in os.walk(leaf, topdown=False):
+            for directory in subtree(leaf, self.below):
                 try:
                     os.rmdir(directory)
                 except FileNotFoundError:
