@@ -412,3 +412,31 @@ def test_non_dumpable_daemon_under_a_non_root_supervisor() -> None:
         assert outcome["alive"] is True  # never signalled: it could not be proven the run's
     finally:
         kill(outcome["daemon"])
+
+
+async def test_a_run_alone_whose_child_left_nothing_is_found_gone_without_a_walk(
+    tmp_path: Path, task_group: TaskGroup
+) -> None:
+    """Process-tree with the subreaper on: when this process has no child but its keeper,
+    nothing of any run is alive, and the last look says so from our own children files
+    (no walk of our descendants in a worker thread).  With a grandchild left, the look
+    walks (the other tests here hold what it then finds)."""
+    from supervisor.process._keeper import keeper_pid
+    from supervisor.process._proctable import TABLE, own_children
+
+    containment = ProcessTreeContainment()
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
+    await ready_pids(proc)
+    if set(own_children()) - {proc.pid, keeper_pid()}:
+        pytest.skip("this process has children of its own besides the run's (another fixture's)")
+    reads = TABLE._reads.reads
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+    assert TABLE._reads.reads == reads
+
+    proc = await ManagedProcess.spawn(spec_for("grandchild", cwd=tmp_path, containment=containment), task_group)
+    (grandchild,) = await ready_pids(proc)
+    report, _ = await tear_down(proc, eof=0.2, term=1.0)
+    assert report.quiescent
+    assert not alive(grandchild)
+    assert TABLE._reads.reads > reads

@@ -25,6 +25,7 @@ import contextlib
 import errno
 import logging
 import os
+import select
 import signal
 from signal import Signals
 
@@ -102,6 +103,15 @@ class ChildPin:
             return False
         await anyio.wait_readable(self._fd)
         return True
+
+    def has_exited(self) -> bool:
+        """Whether the kernel says the child has exited (its pidfd is readable), now, without
+        waiting; False when no pidfd is held."""
+        if self._fd is None:
+            return False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(0))
 
     def close(self) -> None:
         fd, self._fd = self._fd, None

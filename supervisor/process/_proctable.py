@@ -159,6 +159,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def own_children() -> list[int]:
+    """This process's children, of every thread (one listing and a file per thread)."""
+    return _children(os.getpid())
+
+
 def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
     """Read only this process's descendants (cost: their number, not the machine's).
 

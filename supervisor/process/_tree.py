@@ -54,7 +54,7 @@ from supervisor.process._keeper import keeper_pid
 from supervisor.process._limit_support import LIMIT_KEYS
 from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._pinned import signal_if
-from supervisor.process._proctable import TABLE, Table
+from supervisor.process._proctable import TABLE, Table, own_children
 
 log = logging.getLogger("supervisor")
 
@@ -173,11 +173,37 @@ class TreeEnclosure:
     async def look(self) -> tuple[list[int], list[int]]:
         """One fresh observation: (live processes of the run, live ones that may be)."""
         self._ending = True  # only a teardown looks
+        if self._nothing_below_us():
+            self._last = []
+            return [], []
         table = await TABLE.fresh()
         live = self._claim(table)
         uncertain = self._uncertain(table)
         self._last = [*live, *uncertain]
         return live, uncertain
+
+    def _nothing_below_us(self) -> bool:
+        """Whether this process has no child but its keeper and this run's exited child, with
+        the child subreaper on.
+
+        Then no process of any run is alive: each run's direct child is our child until it
+        is reaped, and every orphan of a run is re-parented to us (the subreaper; the kernel
+        does it before the exiting parent's pidfd turns readable), so a live process of a run
+        is a child of ours or below one.  (The keeper starts nothing while this process
+        lives.)  That is one listing and a file per thread, read here, instead of the shared
+        walk of our descendants in a worker thread, whose hop costs more: the usual last look
+        of a run when no other run is in flight (the teardown looks once the child exited).
+        """
+        if not _Subreaper.enabled:
+            return False
+        keeper = keeper_pid()
+        for pid in own_children():
+            if pid == keeper:
+                continue
+            if pid == self._root and self._pin is not None and self._pin.has_exited():
+                continue  # a zombie until asyncio reaps it: nothing is below it any more
+            return False
+        return True
 
     def _claim(self, table: Table) -> list[int]:
         """Attribute what this read shows, reap our claimed zombies; the live ones."""
