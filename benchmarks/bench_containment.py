@@ -10,8 +10,9 @@ The baseline is what a careful hand-written harness does: a plain asyncio subpro
 session/new, one prompt), close stdin, wait.  No SDK, no containment, no ladder.
 
 Each level runs the baseline and the supervisor in each mode interleaved, round after
-round, and prints per-run parent CPU (``time.process_time``, worker threads included)
-and wall time (of the whole batch, divided by N), the ratios to the baseline, and the
+round, and prints per-run parent CPU (``time.process_time``, worker threads included),
+the children's CPU (``getrusage(RUSAGE_CHILDREN)``: the spawn shim, where there is one, and the
+agent), and wall time (of the whole batch, divided by N), the ratios to the baseline, and the
 spurious escalations: runs whose audit shows ``eof_grace_expired`` although the
 example agent exits at stdin EOF at once.
 
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -115,10 +117,20 @@ def supervisor_run(
 # -- measuring ---------------------------------------------------------------------------
 
 
-async def batch(run: Callable[[Path], Coroutine[Any, Any, None]], n: int, cwd: Path) -> tuple[float, float]:
-    """(parent CPU per run, wall per run) of ``n`` concurrent runs (``n`` = 1: serial runs)."""
+Figures = tuple[float, float, int, float]  # parent CPU, wall, escalations, children's CPU (per run)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def batch(
+    run: Callable[[Path], Coroutine[Any, Any, None]], n: int, cwd: Path
+) -> tuple[float, float, float]:
+    """(parent CPU, wall, children's CPU) per run of ``n`` concurrent runs (``n`` = 1: serial runs)."""
     count = SERIAL if n == 1 else n
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, children = time.process_time(), time.perf_counter(), _children_cpu()
     if n == 1:
         for _ in range(count):
             await run(cwd)
@@ -126,12 +138,16 @@ async def batch(run: Callable[[Path], Coroutine[Any, Any, None]], n: int, cwd: P
         async with anyio.create_task_group() as tg:
             for _ in range(n):
                 tg.start_soon(run, cwd)
-    return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
+    return (
+        (time.process_time() - cpu) / count,
+        (time.perf_counter() - wall) / count,
+        (_children_cpu() - children) / count,
+    )
 
 
-async def measure(n: int, cwd: Path, modes: list[ContainmentMode]) -> dict[str, tuple[float, float, int]]:
+async def measure(n: int, cwd: Path, modes: list[ContainmentMode]) -> dict[str, Figures]:
     """Median per-run CPU and wall per contender, interleaved over the rounds; escalations summed."""
-    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], **{m.value: [] for m in modes}}
+    samples: dict[str, list[tuple[float, float, float]]] = {"baseline": [], **{m.value: [] for m in modes}}
     escalations = {m.value: [0] for m in modes}
     runners = {"baseline": baseline_run, **{m.value: supervisor_run(m, escalations[m.value]) for m in modes}}
     for runner in runners.values():  # warm-up: imports, page cache, schema builds
@@ -146,33 +162,35 @@ async def measure(n: int, cwd: Path, modes: list[ContainmentMode]) -> dict[str, 
             statistics.median(s[0] for s in got),
             statistics.median(s[1] for s in got),
             escalations[name][0] if name in escalations else 0,
+            statistics.median(s[2] for s in got),
         )
         for name, got in samples.items()
     }
 
 
-def report(title: str, figures: dict[str, tuple[float, float, int]]) -> None:
-    base_cpu, base_wall, _ = figures["baseline"]
+def report(title: str, figures: dict[str, Figures]) -> None:
+    base_cpu, base_wall, _, _ = figures["baseline"]
     print(f"\n{title}")
-    print(f"  {'':14} {'CPU/run':>10} {'wall/run':>10} {'CPU x':>7} {'wall x':>7} {'escalations':>12}")
-    for name, (cpu, wall, escalated) in figures.items():
+    header = f"{'CPU/run':>10} {'wall/run':>10} {'CPU x':>7} {'wall x':>7} {'escalations':>12}"
+    print(f"  {'':14} {header} {'child CPU/run':>14}")
+    for name, (cpu, wall, escalated, children) in figures.items():
         print(
             f"  {name:14} {cpu * 1000:8.2f}ms {wall * 1000:8.2f}ms "
-            f"{cpu / base_cpu:7.2f} {wall / base_wall:7.2f} {escalated:12d}"
+            f"{cpu / base_cpu:7.2f} {wall / base_wall:7.2f} {escalated:12d} {children * 1000:12.2f}ms"
         )
 
 
 CPU_GOAL, WALL_GOAL = 3.0, 1.25
 
 
-def verdicts(figures: dict[int, dict[str, tuple[float, float, int]]]) -> None:
+def verdicts(figures: dict[int, dict[str, Figures]]) -> None:
     """The goals (in the module's docstring) against the levels measured."""
     print("\ngoals:")
     for n, wall_too in ((1, False), (100, True)):
         if n not in figures:
             continue
-        base_cpu, base_wall, _ = figures[n]["baseline"]
-        for name, (cpu, wall, _) in figures[n].items():
+        base_cpu, base_wall, _, _ = figures[n]["baseline"]
+        for name, (cpu, wall, _, _) in figures[n].items():
             if name == "baseline":
                 continue
             cpu_x = cpu / base_cpu
@@ -210,10 +228,10 @@ async def main() -> None:
         modes.insert(0, ContainmentMode.CGROUP)
     print(f"containment available: {found.mode.value} ({found.reason}); rounds {ROUNDS}, serial {SERIAL}")
     print(f"load average before: {load()}")
-    by_level: dict[int, dict[str, tuple[float, float, int]]] = {}
+    by_level: dict[int, dict[str, Figures]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        quiet: dict[str, tuple[float, float, int]] = {}
+        quiet: dict[str, Figures] = {}
         for n in levels():
             figures = await measure(n, cwd, modes)
             by_level[n] = figures
