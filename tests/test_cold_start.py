@@ -105,32 +105,39 @@ def test_the_contracts_models_are_built_on_first_use() -> None:
     assert (usage_built, tokens.strip()) == ("True", "3")
 
 
-def test_the_executable_collects_nothing_while_a_run_s_modules_are_imported(tmp_path: Path) -> None:
-    """The executable switches the collector off from the command's dispatch to the freeze (an
-    import's objects live as long as the process), and back on after it; main() in a caller's
-    interpreter leaves the collector alone."""
+def test_the_executable_collects_nothing_during_a_run_s_start(tmp_path: Path) -> None:
+    """The executable switches the collector off from the command's dispatch until the run's
+    first transition (the run's modules and the SDK imported by then: their objects live as
+    long as the process), then freezes what exists and switches it back on; main() in a
+    caller's interpreter leaves the collector alone."""
     env = {**os.environ, "SUBAGENTS_JOURNAL": str(tmp_path / "j.db")}
     watch = (
         "import atexit, gc, sys\n"
         "import supervisor.cli._main as m\n"
-        "seen = {'before': 0, 'after': 0}\n"
+        "seen = {'start': 0, 'sdk': 0}\n"
         "def count(phase, info):\n"
-        "    if phase == 'start' and 'supervisor.process' in sys.modules:\n"
-        "        seen['after' if gc.get_freeze_count() else 'before'] += 1\n"
+        "    if phase != 'start' or 'supervisor.process' not in sys.modules:\n"
+        "        return\n"
+        "    sdk = sys.modules.get('acp')\n"
+        "    if sdk is not None and getattr(sdk.__spec__, '_initializing', False):\n"
+        "        seen['sdk'] += 1\n"
+        "    if not gc.get_freeze_count():\n"
+        "        seen['start'] += 1\n"
         "gc.callbacks.append(count)\n"
+        "def report():\n"
+        "    sys.stderr.write(f\"{seen['start']} {seen['sdk']} {gc.get_freeze_count() > 0} {gc.isenabled()}\")\n"
     )
     executable = watch + (
-        "atexit.register(lambda: sys.stderr.write(f\"{seen['before']} {seen['after'] > 0} {gc.isenabled()}\"))\n"
-        "sys.argv = ['subagents', 'run', 'say hello']\n"
-        "m.console()"
+        "atexit.register(report)\nsys.argv = ['subagents', 'run', 'say hello']\nm.console()"
     )
     in_process = watch + (
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert m.main(['run', 'say hello']) == 0\n"
-        "sys.stderr.write(f\"{seen['before'] > 0} {gc.isenabled()}\")"
+        "seen['start'], seen['sdk'] = seen['start'] > 0, seen['sdk'] > 0\n"
+        "report()"
     )
-    for code, expected in ((executable, "0 True True"), (in_process, "True True")):
+    for code, expected in ((executable, "0 0 True True"), (in_process, "True True False True")):
         proc = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
         )

@@ -16,6 +16,7 @@ each command imports what it needs when it runs (``_run``, ``_batch``, ``_mcp``,
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 from collections.abc import Sequence
@@ -293,7 +294,7 @@ def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
             return _journal_cli.runs_command(args)
         if args.command == "show":
             return _journal_cli.show_command(args)
-        # the collector is off until _freeze_startup: a run's imports leave no garbage
+        # the collector is off until _freeze_startup: a run's start leaves next to no garbage
         paused = args.command in ("run", "chat") and _pause_collector(freeze)
         from supervisor.process import own_orphans  # the process layer: these commands need it anyway
 
@@ -311,8 +312,8 @@ def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
             return _chat.command(args, command)
         from supervisor.cli import _run  # the run's machinery: only when a run is asked for
 
-        _freeze_startup(freeze, paused)
-        return _run.command(args, command)
+        # frozen (and collected again) at the run's first transition: its start imports the SDK
+        return _run.command(args, command, started=functools.partial(_freeze_startup, freeze, paused))
     except ConfigError as exc:
         return _usage(str(exc))
     except ProviderUnusable as exc:  # an installed plug-in that cannot run: not a usage error
@@ -324,10 +325,11 @@ def main(argv: Sequence[str] | None = None, *, freeze: bool = False) -> int:
 
 def _pause_collector(freeze: bool) -> bool:
     """The executable, before a run's modules are imported: the collector is off until
-    :func:`_freeze_startup`.  What an import makes (modules, classes, functions) lives as long
-    as the process, so the young collections the imports set off found nothing to free: about
-    80 collections and 15 ms of CPU of a `run "say hello"` (measured with ``gc.callbacks``).
-    An in-process caller's collector is theirs: left alone.  True when it switched it off."""
+    :func:`_freeze_startup`.  What the start makes (modules, classes, functions: the run's
+    and its SDK's) lives as long as the process, so the young collections it set off found
+    next to nothing to free: about 130 collections and 25 ms of CPU of a `run "say hello"`
+    (measured with ``gc.callbacks``, load 8).  An in-process caller's collector is theirs:
+    left alone.  True when it switched it off."""
     if freeze and gc.isenabled():
         gc.disable()
         return True
@@ -335,13 +337,14 @@ def _pause_collector(freeze: bool) -> bool:
 
 
 def _freeze_startup(freeze: bool, paused: bool) -> None:
-    """The executable, once a run's modules are imported: they live as long as the process,
-    so the garbage collector stops scanning them (``gc.freeze``), and it is switched back on
-    if :func:`_pause_collector` switched it off (``paused``).  Without the freeze, the SDK's import (tens
-    of thousands of objects, while the child starts) set off a full collection of every
-    object of the process: about 24 ms of a `run "say hello"`'s 55 ms of collection.  New
-    objects are collected as before.  An in-process caller's collector is theirs: left
-    alone."""
+    """The executable, once the start is done (``chat``: its modules imported; ``run``: at
+    the run's first transition, after its spawn and its SDK's import): what exists lives as
+    long as the process, so the collector stops scanning it (``gc.freeze``), and is switched
+    back on if :func:`_pause_collector` switched it off (``paused``).  Without the freeze,
+    the SDK's import (tens of thousands of objects) set off a full collection of every object
+    of the process.  A frozen object is still freed when its last reference goes; only a
+    reference cycle made during the start stays (a few, once).  New objects are collected
+    as before.  An in-process caller's collector is theirs: left alone."""
     if freeze:
         gc.freeze()
     if paused:

@@ -56,8 +56,10 @@ if TYPE_CHECKING:
     from supervisor.cli._live import LiveLine
 
 
-def command(args: argparse.Namespace, child: list[str]) -> int:
-    """Plan, run and report one run; ``child`` is the argv after ``--`` (may be empty)."""
+def command(args: argparse.Namespace, child: list[str], *, started: Callable[[], None] | None = None) -> int:
+    """Plan, run and report one run; ``child`` is the argv after ``--`` (may be empty).
+    ``started`` is called once, at the run's first transition (its start's work is done by
+    then: the spawn, and the kind's SDK imported for its handshake)."""
     plan = _plan(args, child)
     configure_logging(args.verbose)
     from supervisor.cli._journal import open_for_command
@@ -65,7 +67,7 @@ def command(args: argparse.Namespace, child: list[str]) -> int:
     open_for_command(args, args.config)
     telemetry.configure_from_cli(args.otel)
     try:
-        return anyio.run(_run, plan, args, backend="asyncio")
+        return anyio.run(_run, plan, args, started, backend="asyncio")
     finally:
         telemetry.shutdown()
 
@@ -248,7 +250,7 @@ class _Progress:
         self._stream.flush()
 
 
-async def _run(plan: _Plan, args: argparse.Namespace) -> int:
+async def _run(plan: _Plan, args: argparse.Namespace, started: Callable[[], None] | None = None) -> int:
     config = plan.entry.build(plan.overrides)
     provider = plan.entry.provider(config)
     registry = Registry()
@@ -257,6 +259,11 @@ async def _run(plan: _Plan, args: argparse.Namespace) -> int:
     registry.check(provider.name, request)
 
     def on_transition(entry: Transition) -> None:
+        nonlocal started
+        if started is not None:  # once: the start is done
+            call = started
+            started = None
+            call()
         if args.trace:
             record = {"run_id": entry.run_id, **run.audit.as_dict(entry)}
             sys.stderr.write(json.dumps(record) + "\n")
