@@ -98,6 +98,21 @@ def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
     assert CompiledShim(owned).path() is None
 
 
+def test_a_directory_made_unsafe_after_the_check_is_seen_at_the_next_spawn(tmp_path: Path) -> None:
+    """Before every spawn the file and its directory must be what was checked: another entry in
+    the directory (another process's build) changes its times, not its safety; a mode does."""
+    cache = tmp_path / "cache"
+    shim = CompiledShim(cache)
+    assert shim.path() is not None
+    (cache / ".build-elsewhere").write_text("")
+    assert shim.ready()
+    cache.chmod(0o770)
+    assert not shim.ready()
+    assert shim.path() is None
+    assert shim.reason is not None
+    assert "only it may write" in shim.reason
+
+
 def test_a_cached_file_another_could_write_is_never_run_but_replaced(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = CompiledShim(cache).path()

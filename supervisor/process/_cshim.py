@@ -9,11 +9,12 @@ or corrupt cache) means the Python shim, with one log line; ``SUBAGENT_SHIM=pyth
 it outright.
 
 **Who could have written it.**  A root supervisor execs this file as root before every agent,
-so it is trusted only as ``ssh`` trusts its files, checked every time this process looks: the
-directory (as resolved) is owned by the effective user and writable by nobody else, and so is
-every directory above it, up to ``/`` (owned by root or that user; writable by others only with
-the sticky bit, ``/tmp``'s, where no one else may rename what is not theirs); the file is a
-regular file of that user's, writable by nobody else.
+so it is trusted only as ``ssh`` trusts its files (checked once per process; before every spawn
+the file and its directory must still be what was checked): the directory (as resolved) is owned
+by the effective user and writable by nobody else, and so is every directory above it, up to
+``/`` (owned by root or that user; writable by others only with the sticky bit, ``/tmp``'s, where
+no one else may rename what is not theirs); the file is a regular file of that user's, writable
+by nobody else.
 
 **What it is.**  Its name carries the SHA-256 of the source, compiler and flags it was built
 from (a new release, or a new compiler, builds a new one) and of its own bytes: once per process
@@ -80,6 +81,11 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_nlink)
 
 
+def _directory_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What makes the directory safe (not its times: another process's build changes those)."""
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid)
+
+
 class CompiledShim:
     """The compiled shim of one cache directory, for this process (thread-safe)."""
 
@@ -116,7 +122,7 @@ class CompiledShim:
         try:
             return (
                 _identity(os.lstat(checked.path)) == checked.identity
-                and _identity(os.lstat(checked.directory)) == checked.directory_identity
+                and _directory_identity(os.lstat(checked.directory)) == checked.directory_identity
             )
         except OSError:
             return False
@@ -238,7 +244,7 @@ def _verified(directory: str, name: str) -> _Checked | None:
         if digest.hexdigest() != expected:
             log.debug("spawn shim: %s refused: its bytes are not the ones it was built with", path)
             return None
-        return _Checked(path, _identity(before), directory, _identity(os.lstat(directory)))
+        return _Checked(path, _identity(before), directory, _directory_identity(os.lstat(directory)))
     except OSError:
         return None
 
