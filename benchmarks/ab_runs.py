@@ -10,6 +10,11 @@ warms up, then measures the lean baseline of ``bench_containment`` and the super
 example agent three times each, interleaved, and reports the medians and their ratio: the
 ratio, taken within one process a few seconds apart, is what survives a loaded machine. The
 trees alternate (ABBA), so a load that changes during the run weighs on both alike.
+
+Two figures per sample: parent CPU per run (``profile_runs.runs``: the CPU over RUNS, even
+when N is larger and one batch makes N runs: the ratio holds either way), and wall time per
+run (the wall of the sample's batches divided by the runs they really made), each against
+the baseline measured beside it.
 """
 
 from __future__ import annotations
@@ -41,22 +46,27 @@ with tempfile.TemporaryDirectory() as tmp:
     cwd = Path(tmp)
     anyio.run(runs, 5, mode, cwd, backend="asyncio")
     anyio.run(base, cwd, 3)
-    ours, lean = [], []
+    ours, lean, ours_wall, lean_wall = [], [], [], []
+    done = -(-count // concurrent) * concurrent  # the runs a sample really makes: whole batches
     for _ in range(3):
+        started = time.perf_counter()
         lean.append(anyio.run(base, cwd, count))
+        lean_wall.append((time.perf_counter() - started) / done)
+        started = time.perf_counter()
         ours.append(anyio.run(runs, count, mode, cwd, concurrent, backend="asyncio"))
-    print(statistics.median(ours), statistics.median(lean))
+        ours_wall.append((time.perf_counter() - started) / done)
+    print(*(statistics.median(s) for s in (ours, lean, ours_wall, lean_wall)))
 """
 
 
-def sample(tree: str, mode: str, runs: str, concurrent: str) -> tuple[float, float]:
+def sample(tree: str, mode: str, runs: str, concurrent: str) -> tuple[float, float, float, float]:
     env = {**os.environ, "PYTHONPATH": tree}
     argv = [sys.executable, "-c", SAMPLE, mode, runs, concurrent]
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
-        raise SystemExit(f"a sample in {tree} failed:\n{done.stderr[-2000:]}")
-    ours, lean = map(float, done.stdout.split())
-    return ours, lean
+        raise SystemExit(f"a sample in {tree} failed:\n{done.stderr[:3000]}")
+    ours, lean, ours_wall, lean_wall = map(float, done.stdout.split())
+    return ours, lean, ours_wall, lean_wall
 
 
 def main(argv: list[str]) -> None:
@@ -70,18 +80,23 @@ def main(argv: list[str]) -> None:
     rounds = int(argv[5]) if len(argv) > 5 else 4
     concurrent = argv[6] if len(argv) > 6 else "1"
     print(f"{mode}, {runs} runs per sample, {concurrent} at once; load average {load()}")
-    got: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    got: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in trees}
     for round_ in range(rounds):
         order = list(trees.items()) if round_ % 2 == 0 else list(reversed(trees.items()))
         for name, tree in order:
-            ours, lean = sample(tree, mode, runs, concurrent)
-            got[name].append((ours, lean))
+            ours, lean, ours_wall, lean_wall = sample(tree, mode, runs, concurrent)
+            got[name].append((ours, lean, ours_wall, lean_wall))
             line = f"  {name:6} {ours * 1000:6.2f} ms / baseline {lean * 1000:5.2f} ms = {ours / lean:4.2f}x"
+            wall_x = ours_wall / lean_wall
+            line += f"; wall {ours_wall * 1000:6.2f} ms / {lean_wall * 1000:5.2f} ms = {wall_x:4.2f}x"
             print(line, flush=True)
     for name, samples in got.items():
         cpu = statistics.median(s[0] for s in samples) * 1000
         ratio = statistics.median(s[0] / s[1] for s in samples)
-        print(f"{name:6} median {cpu:6.2f} ms per run, {ratio:4.2f}x the baseline")
+        wall = statistics.median(s[2] for s in samples) * 1000
+        wall_ratio = statistics.median(s[2] / s[3] for s in samples)
+        print(f"{name:6} median {cpu:6.2f} ms per run, {ratio:4.2f}x the baseline", end="")
+        print(f"; wall {wall:6.2f} ms per run, {wall_ratio:4.2f}x the baseline's")
     print(f"load average after: {load()}")
 
 
