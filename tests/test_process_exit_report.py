@@ -9,6 +9,7 @@ and takes the exit status from asyncio's report after that look.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,28 @@ async def test_the_look_at_the_tree_does_not_wait_for_asyncios_exit_report(
         quiescent=True, rung="eof-wait", exit=ExitFacts(0, None), containment=containment.mode
     )
     assert [(e.event, e.target) for e in trail.entries] == [("stdin_closed", "eof-wait"), ("tree_exited", "gone")]
+
+
+async def test_a_cgroup_leaf_is_removed_off_the_event_loop(
+    tmp_path: Path, task_group: TaskGroup, containment: Containment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removing a group waits for the kernel's cgroup mutex (other removals, migrations in
+    flight): the teardown does it in a worker thread, so no other run's loop work waits."""
+    if containment.mode != "cgroup":
+        pytest.skip("cgroups only")
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
+    await ready_pids(proc)
+    enclosure: Any = proc._enclosure
+    release = enclosure.release
+    threads: list[threading.Thread] = []
+
+    def releasing() -> None:
+        threads.append(threading.current_thread())
+        release()
+
+    monkeypatch.setattr(enclosure, "release", releasing)
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+    assert threads
+    assert threading.main_thread() not in threads
+    assert not enclosure.leaf.exists()

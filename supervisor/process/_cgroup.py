@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from signal import Signals
 
+import anyio
+
 from supervisor.process._childpin import ChildPin
 from supervisor.process._confine import is_root, view_steps
 from supervisor.process._escapes import (
@@ -561,6 +563,16 @@ class CgroupEnclosure:
             if self._holds(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
+
+    async def let_go(self) -> None:
+        """:meth:`release`, off the event loop: removing a group takes the kernel's
+        ``cgroup_mutex``, which other groups' removals and any migration in flight hold
+        (through an RCU grace period), and a run's teardown must not stall every other run
+        on the loop meanwhile.  The out-of-memory watch stops here first, on the loop that
+        waits on its descriptor."""
+        self.cgroups.close()
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.release)
 
     def release(self) -> None:
         """Reap our zombie children that were members, then remove the leaf once empty.

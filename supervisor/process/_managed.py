@@ -321,7 +321,11 @@ class ManagedProcess:
             return self._finish(ladder, "kill_wait_expired")
         finally:
             tmpdir, self._tmpdir = self._tmpdir, None
-            self._enclosure.release()
+            let_go = getattr(self._enclosure, "let_go", None)  # optional: a release off the loop
+            if let_go is not None:
+                await let_go()
+            else:
+                self._enclosure.release()
             if self._pin is not None:
                 self._pin.close()
             if tmpdir is not None:  # off the loop: the agent may have left a large tree there
