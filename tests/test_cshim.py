@@ -195,23 +195,31 @@ def test_two_processes_building_at_once_both_get_a_shim(tmp_path: Path) -> None:
 
 
 def test_without_a_compiler_or_with_a_broken_build_the_python_shim(tmp_path: Path) -> None:
+    """A build that failed is remembered (``failed-<key>``): the next process does not pay it again."""
     missing = CompiledShim(tmp_path / "a", compiler="no-such-compiler-here")
     assert missing.path() is None
     assert missing.reason == "no C compiler (no-such-compiler-here) on PATH"
     broken = tmp_path / "broken.c"
     broken.write_text("int main(void) { return }\n")
-    shim = CompiledShim(tmp_path / "b", source=broken)
-    assert shim.path() is None
-    assert shim.reason is not None
-    assert "failed" in shim.reason
-    assert shims_in(tmp_path / "b") == []
     wrong = tmp_path / "wrong.c"  # compiles, but is not the shim: the trial run refuses it
     wrong.write_text("int main(void) { return 0; }\n")
-    shim = CompiledShim(tmp_path / "c", source=wrong)
-    assert shim.path() is None
-    assert shim.reason is not None
-    assert "does not run as it must" in shim.reason
-    assert shims_in(tmp_path / "c") == []
+    for folder, source, why in (("b", broken, "failed"), ("c", wrong, "does not run as it must")):
+        shim = CompiledShim(tmp_path / folder, source=source)
+        assert shim.path() is None
+        assert shim.reason is not None
+        assert why in shim.reason
+        (marker,) = shims_in(tmp_path / folder)  # no build left: only the failure remembered
+        assert marker.name.startswith("failed-")
+        assert why in marker.read_text()
+        again = CompiledShim(tmp_path / folder, source=source)
+        assert again.path() is None
+        assert not again.compiled_here
+        assert again.reason is not None
+        assert "failed here before" in again.reason
+        marker.unlink()  # removed: tried again
+        third = CompiledShim(tmp_path / folder, source=source)
+        assert third.path() is None
+        assert third.compiled_here
 
 
 def test_the_source_is_clean_under_every_warning(tmp_path: Path) -> None:

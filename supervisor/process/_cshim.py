@@ -5,7 +5,8 @@ program in C costs an ``exec`` (~1 ms).  No compiled file ships in the package (
 per platform): the C source does, and the first process that needs the shim compiles it with the
 machine's ``cc`` into a private cache directory, ``$XDG_CACHE_HOME/subagent-supervisor/shim``
 (``~/.cache/...`` by default).  Anything that goes wrong (no compiler, a compile error, an unsafe
-or corrupt cache) means the Python shim, with one log line; ``SUBAGENT_SHIM=python`` asks for
+or corrupt cache) means the Python shim, with one log line (a failed build is remembered in the
+cache, ``failed-<key>``, so that not every process pays it); ``SUBAGENT_SHIM=python`` asks for
 it outright.
 
 **Who could have written it.**  A root supervisor execs this file as root before every agent,
@@ -159,10 +160,17 @@ class CompiledShim:
                 checked = _verified(directory, name)
                 if checked is not None:
                     return checked
+        failed = os.path.join(directory, f"failed-{key}")
+        if os.path.lexists(failed):  # not again at every start (a home mounted noexec, a broken cc)
+            raise _Unavailable(f"this build failed here before (remove {failed} to try again)")
         if self.compiled_here:  # at most once per process
             raise _Unavailable("the shim compiled by this process is gone or was changed")
         self.compiled_here = True
-        name = _compile(compiler, self.source, directory, key)
+        try:
+            name = _compile(compiler, self.source, directory, key)
+        except _Unavailable as exc:
+            _remember_failure(failed, str(exc))
+            raise
         checked = _verified(directory, name)
         if checked is None:
             raise _Unavailable("the shim just compiled did not pass its check")
@@ -276,6 +284,17 @@ def _compile(compiler: str, source: Path, directory: str, key: str) -> str:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+
+
+def _remember_failure(path: str, reason: str) -> None:
+    """A build that failed is not tried again by every process (until the source or the compiler
+    changes, or the file is removed)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, f"{reason}\n".encode())
+        finally:
+            os.close(fd)
 
 
 def _sweep_builds(directory: str) -> None:
