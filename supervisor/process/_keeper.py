@@ -73,11 +73,15 @@ def keeper_pid() -> int | None:
     return process.pid
 
 
-def register_run(run_id: str, pgid: int, leaves: Sequence[Path] = ()) -> None:
+def register_run(
+    run_id: str, pgid: int, leaves: Sequence[Path] = (), *, leader_start: int | None = None
+) -> None:
     """Announce a live run: its child's process group and, in cgroup mode, its leaves
-    (the v2 leaf first, then any cgroup v1 leaves), tab-separated."""
+    (the v2 leaf first, then any cgroup v1 leaves), tab-separated.  ``leader_start``: the
+    child's start time when the caller read it already (else it is read here)."""
     run_id = "".join(run_id.split()) or "-"
-    leader_start = start_time(pgid) or 0
+    if leader_start is None:
+        leader_start = start_time(pgid) or 0
     line = f"+run {run_id} {pgid} {leader_start}"
     if leaves:
         text = "\t".join(str(leaf) for leaf in leaves)

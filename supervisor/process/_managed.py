@@ -169,7 +169,7 @@ class ManagedProcess:
             pinned(pin)  # first: ``started`` then reads the child's start time from the pin
         enclosure.started(proc.pid)
         # the keeper ends the run (its leaves, or its group and tagged processes) if this process dies
-        register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()))
+        register_run(spec.run_tag, proc.pid, leaves=getattr(enclosure, "leaves", ()), leader_start=pin.start)
         # optional: an enclosure that wants to look at the program once it runs (its namespace)
         protocol.on_first_output = getattr(enclosure, "program_running", None)
         managed = cls(proc, spec, protocol, enclosure)
