@@ -211,6 +211,13 @@ class ProviderRun(ABC, Generic[ConfigT]):
         return self._engine.state.turn_task
 
     @property
+    def warm(self) -> bool:
+        """Whether this run is a warm child: started (from its handshake on) before any task
+        existed, to be handed to a run later.  A handshake may prepare such a child for its
+        first prompt where that costs only the wait (never anything in the session)."""
+        return self._engine.state.warm
+
+    @property
     def exit_facts(self) -> ExitFacts | None:
         return None if self.process is None else self.process.exit_facts
 

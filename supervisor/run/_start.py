@@ -101,6 +101,7 @@ class Start:
 
     async def prestart(self, task_group: TaskGroup) -> None:
         """Spawn and handshake before any task exists; the run is ready, unpublished."""
+        self._state.warm = True
         await self._prepare(task_group, None)
         self._state.prestarted = True
 

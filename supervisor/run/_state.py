@@ -138,6 +138,7 @@ class RunState:
     closed: anyio.Event = field(default_factory=anyio.Event)  # teardown: the own group may end
     published: bool = False  # start
     prestarted: bool = False  # start: a warm child, spawned and handshaken before its request
+    warm: bool = False  # start: started as a warm child (true from its handshake on)
     conversation: bool = False  # start
     resumed_idle: bool = False  # start/turns: published idle by a cold resume, no turn yet
     start_scope: anyio.CancelScope | None = None  # start: what a failed task cancels

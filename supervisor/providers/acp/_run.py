@@ -42,6 +42,7 @@ from supervisor.provider import (
     sdk_logging_routed,
 )
 from supervisor.providers.acp._config import Config
+from supervisor.providers.acp._eager import warm_session_meta
 from supervisor.providers.acp._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._untraced import import_acp_untraced
 from supervisor.wire import CappedText, client_version
@@ -132,8 +133,11 @@ class AcpRun(ProviderRun[Config]):
         if self.session is not None and self.session.resume is not None:
             await self._continue_session(acp, self.session.resume, cwd, answer.agent_capabilities)
             return
+        # A warm child's CLI may be readied for its first prompt (see ``_eager``); never a cold one's.
+        info = answer.agent_info
+        meta = warm_session_meta(info.name if info else None, config.command, spec.env) if self.warm else {}
         try:
-            session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
+            session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **meta)
         except ValidationError as exc:
             raise StepFailed(self.failure("protocol")) from exc
         except Exception as exc:
