@@ -14,7 +14,8 @@ before the script on the node command line (it drops ``NODE_OPTIONS``, and node 
 not take ``--no-lazy`` from there anyway).  Nothing of the session changes: the
 model's requests are the ones a cold run sends.
 
-Only when all of it is known to hold: the agent named itself claude-agent-acp, the
+Only when all of it is known to hold: the run has no ``memory_max`` (the extra memory
+would count against it), the agent named itself claude-agent-acp, the
 adapter runs on node (the command is ``node``: the adapter spawns its CLI with the
 node that runs it), and its CLI is the bundled script, not a native executable (a
 single-file adapter build, or ``CLAUDE_CODE_EXECUTABLE`` naming anything but a
@@ -39,9 +40,14 @@ _SINGLE_FILE = "CLAUDE_AGENT_ACP_IS_SINGLE_FILE_BUN"  # the adapter's own single
 _CLI_OVERRIDE = "CLAUDE_CODE_EXECUTABLE"  # the adapter runs this as its CLI instead
 
 
-def warm_session_meta(agent_name: str | None, command: str, env: Mapping[str, str]) -> dict[str, Any]:
+def warm_session_meta(
+    agent_name: str | None, command: str, env: Mapping[str, str], *, memory_max: int | None = None
+) -> dict[str, Any]:
     """The ``_meta`` of a warm child's ``session/new``: the eager-compile flags for
-    claude-agent-acp's CLI when it runs on node as a script; else nothing."""
+    claude-agent-acp's CLI when it runs on node as a script, and the run has no memory
+    ceiling of its own (``memory_max``) the flags' memory would count against; else nothing."""
+    if memory_max is not None:
+        return {}
     if agent_name != CLAUDE_AGENT_ACP or PurePath(command).name not in _NODE_NAMES:
         return {}
     if _SINGLE_FILE in env:

@@ -18,7 +18,7 @@ import logging
 import sys
 from collections.abc import Awaitable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import ValidationError
@@ -134,8 +134,10 @@ class AcpRun(ProviderRun[Config]):
             await self._continue_session(acp, self.session.resume, cwd, answer.agent_capabilities)
             return
         # A warm child's CLI may be readied for its first prompt (see ``_eager``); never a cold one's.
-        info = answer.agent_info
-        meta = warm_session_meta(info.name if info else None, config.command, spec.env) if self.warm else {}
+        meta: dict[str, Any] = {}
+        if self.warm:
+            name = answer.agent_info.name if answer.agent_info else None
+            meta = warm_session_meta(name, config.command, spec.env, memory_max=config.memory_max)
         try:
             session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **meta)
         except ValidationError as exc:
