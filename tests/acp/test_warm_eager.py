@@ -30,6 +30,11 @@ def test_the_flags_go_to_claude_agent_acp_run_by_node_with_its_script_cli() -> N
     assert warm_session_meta(CLAUDE_AGENT_ACP, "nodejs", {"CLAUDE_CODE_EXECUTABLE": "/x/cli.js"}) == FLAGS
 
 
+def test_no_flags_for_a_run_with_a_memory_ceiling_of_its_own() -> None:
+    """The flags cost the CLI about 165 MB more: not where that counts against a ``memory_max``."""
+    assert warm_session_meta(CLAUDE_AGENT_ACP, NODE, {}, memory_max=2**31) == {}
+
+
 @pytest.mark.parametrize(
     ("name", "command", "env"),
     [
@@ -41,11 +46,6 @@ def test_the_flags_go_to_claude_agent_acp_run_by_node_with_its_script_cli() -> N
         (CLAUDE_AGENT_ACP, NODE, {"CLAUDE_CODE_EXECUTABLE": "/opt/claude/bin/claude"}),  # a native CLI
     ],
 )
-def test_no_flags_for_a_run_with_a_memory_ceiling_of_its_own() -> None:
-    """The flags cost the CLI about 165 MB more: not where that counts against a ``memory_max``."""
-    assert warm_session_meta(CLAUDE_AGENT_ACP, NODE, {}, memory_max=2**31) == {}
-
-
 def test_no_flags_where_they_could_reach_anything_but_node_running_the_cli_script(
     name: str | None, command: str, env: dict[str, str]
 ) -> None:
