@@ -70,8 +70,9 @@ def recorded(record: Path) -> list[list[str]]:
     return [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
 
 
-def sent(body: dict[str, Any]) -> dict[str, Any]:
+def sent(body: dict[str, Any] | None) -> dict[str, Any]:
     """A model request's body without its per-session metadata (a device and session id)."""
+    assert body is not None
     return {key: value for key, value in body.items() if key != "metadata"}
 
 
@@ -88,7 +89,7 @@ async def test_a_warm_childs_cli_is_compiled_eagerly_and_asks_the_model_what_a_c
         recorder, record = tmp_path / "recorder.mjs", tmp_path / "node-flags.jsonl"
         recorder.write_text(RECORDER, encoding="utf-8")
         real_cli = peers.NODE_MODULES / "@anthropic-ai" / "claude-agent-sdk" / "cli.js"
-        env = {
+        env: dict[str, str | None] = {
             **launch.env,
             "CLAUDE_CODE_EXECUTABLE": str(recorder),
             "EAGER_TEST_CLI": str(real_cli),

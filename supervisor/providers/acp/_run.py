@@ -41,8 +41,8 @@ from supervisor.provider import (
     route_sdk_logging,
     sdk_logging_routed,
 )
+from supervisor.providers.acp import _eager
 from supervisor.providers.acp._config import Config
-from supervisor.providers.acp._eager import warm_session_meta
 from supervisor.providers.acp._lost import caused_by_teardown, note_lost_child
 from supervisor.providers.acp._untraced import import_acp_untraced
 from supervisor.wire import CappedText, client_version
@@ -137,7 +137,7 @@ class AcpRun(ProviderRun[Config]):
         meta: dict[str, Any] = {}
         if self.warm:
             name = answer.agent_info.name if answer.agent_info else None
-            meta = warm_session_meta(name, config.command, spec.env, memory_max=config.memory_max)
+            meta = _eager.warm_session_meta(name, config.command, spec.env, memory_max=config.memory_max)
         try:
             session = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **meta)
         except ValidationError as exc:
