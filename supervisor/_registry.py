@@ -181,12 +181,22 @@ class Registry:
         unknown provider, a cwd that is not a directory) raises before anything spawns;
         a child that fails to start raises its ``StartFailed``.
         """
-        from supervisor.run._warm import WarmKey, WarmPool, _digest, check_count, check_cwd, warm_config
+        from supervisor.run._warm import (
+            WarmKey,
+            WarmPool,
+            _digest,
+            check_count,
+            check_cwd,
+            unwarmable,
+            warm_config,
+        )
 
         provider = self.get(name)
         config = warm_config(provider)
         if config is None:
             raise InvalidRequest(f'subagent provider "{name}" cannot be prestarted')
+        if (reason := unwarmable(config)) is not None:
+            raise InvalidRequest(f'subagent provider "{name}" cannot be prestarted: {reason}')
         require_asyncio()
         resolved = check_cwd(cwd, config)
         with _journal.using(self._journal):  # journaled: the warm sessions are opened to be kept

@@ -9,8 +9,10 @@ short timer racing the machine.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -345,3 +347,46 @@ async def test_a_warm_childs_own_setup_runs_once_before_it_is_ready_and_never_fo
             assert (await cold.result()).stop_reason == StopReason.COMPLETED
         await until(lambda: ready(registry, tmp_path) == 1)  # the refill is set up too
         assert SetUpAcpRun.calls == [(WARM_TASK, "prompt")] * 2
+
+
+async def test_a_provider_whose_runs_get_a_worktree_cannot_be_prestarted(tmp_path: Path) -> None:
+    """Its run's cwd is made when the run starts: a warm child could never match it."""
+    before = psutil.Process().children(recursive=True)
+    async with registry_of(example_agent_config(workspace="worktree")) as registry:
+        with pytest.raises(InvalidRequest, match=r'cannot be prestarted: .*workspace = "worktree"'):
+            await registry.prestart("acp", 1, cwd=tmp_path)
+        assert registry.warm_target("acp", tmp_path) == 0
+    assert psutil.Process().children(recursive=True) == before
+
+
+async def test_a_local_batch_of_worktree_runs_starts_them_cold_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from supervisor import batch
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(tmp_path),
+            "-c",
+            "user.email=t@e",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "0",
+        ],
+        check=True,
+    )
+    caplog.set_level(logging.DEBUG, logger="supervisor")
+    async with registry_of(example_agent_config(workspace="worktree")) as registry:
+        records = [
+            r async for r in batch(['{"id": "a", "task": "say hello"}'], registry=registry, cwd=tmp_path)
+        ]
+    assert [r.completed for r in records] == [True]  # type: ignore[union-attr]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("worktree of their own" in r.getMessage() for r in caplog.records)

@@ -11,7 +11,8 @@ children no item took.
 Warming is an optimisation, never a reason for the batch to fail: a provider that
 cannot be prestarted, a count over the host ceiling, or a warm child that fails to
 start is logged, and the runs start cold (each failing on its own record if the agent
-cannot start at all).
+cannot start at all).  A provider whose runs each get a worktree of their own is not
+warmed at all (a run's cwd exists only once it starts): quietly, it is no fault.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ class Warmer:
     async def begin(self) -> None:
         """Keep ``width`` warm children (on top of any the caller keeps for the key)."""
         if self._width == 0:
+            return
+        from supervisor.run._warm import unwarmable, warm_config
+
+        config = warm_config(self._registry.get(self._name))
+        reason = None if config is None else unwarmable(config)
+        if reason is not None:  # by design, not a fault: no warning
+            log.debug("the batch starts its runs cold: %s", reason)
             return
         try:
             self._before = self._registry.warm_target(self._name, self._cwd)

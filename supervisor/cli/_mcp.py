@@ -77,11 +77,13 @@ class _StopRequested:
 def _check_warm(registry: Any, name: str, count: int, cwd: Path) -> None:
     """``--warm N`` that could never be kept is a configuration error before serving."""
     from supervisor._errors import InvalidRequest
-    from supervisor.run._warm import check_count, check_cwd, warm_config
+    from supervisor.run._warm import check_count, check_cwd, unwarmable, warm_config
 
     config = warm_config(registry.get(name))
     if config is None:
         raise ConfigError(f'--warm: subagent provider "{name}" cannot be prestarted')
+    if (reason := unwarmable(config)) is not None:
+        raise ConfigError(f'--warm: subagent provider "{name}" cannot be prestarted: {reason}')
     try:
         check_cwd(cwd, config)
         check_count(count, config, 0)

@@ -102,6 +102,18 @@ def warm_config(provider: object) -> ProviderConfig | None:
     return config if isinstance(config, ProviderConfig) else None
 
 
+def unwarmable(config: ProviderConfig) -> str | None:
+    """Why no warm child could ever serve a run of ``config`` (None: one can).
+
+    A run of ``workspace = "worktree"`` is spawned in a worktree made for it at its start,
+    so its cwd is known only then: a child started before the run would be in another
+    directory, and the run would never take it.
+    """
+    if config.workspace == "worktree":
+        return 'its runs each start in a worktree of their own (workspace = "worktree")'
+    return None
+
+
 def check_count(count: object, config: ProviderConfig, others: int) -> int:
     """``count`` as a number of warm children, or :class:`InvalidRequest`.
 
