@@ -387,6 +387,6 @@ async def test_a_local_batch_of_worktree_runs_starts_them_cold_without_a_warning
         records = [
             r async for r in batch(['{"id": "a", "task": "say hello"}'], registry=registry, cwd=tmp_path)
         ]
-    assert [r.completed for r in records] == [True]  # type: ignore[union-attr]
+    assert [r.completed for r in records] == [True]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("worktree of their own" in r.getMessage() for r in caplog.records)
