@@ -434,9 +434,37 @@ async def test_a_run_alone_whose_child_left_nothing_is_found_gone_without_a_walk
     assert report.quiescent
     assert TABLE._reads.reads == reads
 
-    proc = await ManagedProcess.spawn(spec_for("grandchild", cwd=tmp_path, containment=containment), task_group)
+    proc = await ManagedProcess.spawn(
+        spec_for("grandchild", cwd=tmp_path, containment=containment), task_group
+    )
     (grandchild,) = await ready_pids(proc)
     report, _ = await tear_down(proc, eof=0.2, term=1.0)
     assert report.quiescent
     assert not alive(grandchild)
     assert TABLE._reads.reads > reads
+
+
+async def test_a_kernel_without_children_files_reads_the_whole_table(
+    tmp_path: Path, task_group: TaskGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``CONFIG_PROC_CHILDREN`` a walk of our descendants (or a look at our own
+    children files) would find nothing, and a run with a live grandchild would look gone:
+    the whole process table is read instead, and the grandchild is found and ended."""
+    from supervisor.process import _proctable
+
+    monkeypatch.setattr(_proctable, "CHILDREN_FILES", False)
+
+    def no_children_files(tags: object) -> object:
+        raise AssertionError("walked children files this kernel does not have")
+
+    monkeypatch.setattr(_proctable, "read_descendants", no_children_files)
+    containment = ProcessTreeContainment()
+    proc = await ManagedProcess.spawn(
+        spec_for("grandchild", cwd=tmp_path, containment=containment), task_group
+    )
+    (grandchild,) = await ready_pids(proc)
+    reads = _proctable.TABLE._reads.reads
+    report, _ = await tear_down(proc, eof=0.2, term=1.0)
+    assert report.quiescent
+    assert not alive(grandchild)
+    assert _proctable.TABLE._reads.reads > reads

@@ -143,6 +143,18 @@ def _add(
         table.by_group[entry.pgrp].append(entry.pid)
 
 
+def _has_children_files() -> bool:
+    """Whether this kernel lists a thread's children (``CONFIG_PROC_CHILDREN``).
+
+    Without it every children file is missing, a walk of our descendants would find none,
+    and a run would look gone while its processes live: the whole table is read instead."""
+    me = os.getpid()
+    return os.path.exists(f"/proc/{me}/task/{me}/children")
+
+
+CHILDREN_FILES = _has_children_files()
+
+
 def _children(pid: int) -> list[int]:
     """The children of ``pid`` (of every thread), or [] if it is gone."""
     found: list[int] = []
@@ -210,7 +222,7 @@ class SharedTable:
         self.descendants_only: Callable[[], bool] = lambda: False
 
     def _read(self) -> Table:
-        read = read_descendants if self.descendants_only() else read_table
+        read = read_descendants if CHILDREN_FILES and self.descendants_only() else read_table
         return read(self._tags)
 
     async def fresh(self) -> Table:

@@ -49,6 +49,7 @@ import anyio
 import anyio.lowlevel
 
 from supervisor._public import home
+from supervisor.process import _proctable
 from supervisor.process._childpin import ChildPin
 from supervisor.process._keeper import keeper_pid
 from supervisor.process._limit_support import LIMIT_KEYS
@@ -194,7 +195,7 @@ class TreeEnclosure:
         walk of our descendants in a worker thread, whose hop costs more: the usual last look
         of a run when no other run is in flight (the teardown looks once the child exited).
         """
-        if not _Subreaper.enabled:
+        if not (_Subreaper.enabled and _proctable.CHILDREN_FILES):
             return False
         keeper = keeper_pid()
         for pid in own_children():
