@@ -456,3 +456,22 @@ def test_providers_lists_the_kinds(tmp_path: Path) -> None:
     listed = [line.split()[0] for line in proc.stdout.splitlines() if not line.startswith(" ")]
     assert listed[:4] == ["acp", "dsh-sdk", "claude-code", "codex"]  # this distribution's first
     assert listed == list(installed_kinds())  # and every other installed kind
+
+
+def test_a_reader_that_stopped_reading_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`subagents providers | head -1`: no traceback, the status a shell gives a program the
+    closed pipe ended (128 + SIGPIPE)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "supervisor.cli", "providers"],
+            cwd=tmp_path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -362,9 +362,31 @@ def console() -> NoReturn:
     ends with ``os._exit``.  The interpreter's own exit is kept whenever that would not be
     the same: a non-daemon thread still alive, a flush that fails, no ``atexit`` runner.
     """
-    status = main(freeze=True)
+    try:
+        status = main(freeze=True)
+        _flush_std()
+    except BrokenPipeError:  # stdout's reader went away: `subagents providers | head -1`
+        status = _stdout_gone()
     _quick_exit(status)
     sys.exit(status)
+
+
+EXIT_STDOUT_GONE = 141
+"""128 + SIGPIPE: what a shell reports for a program that the closed pipe ended."""
+
+
+def _stdout_gone() -> int:
+    """stdout's reader is gone: what is still buffered for it goes to ``/dev/null`` (so the
+    interpreter's exit raises no second error), and the status says so, as ``git`` and the
+    shell's own tools do when the reader of their output stops reading."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return EXIT_STDOUT_GONE
 
 
 def _join_idle_workers() -> None:
