@@ -24,12 +24,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
+from anyio.abc import TaskGroup
 from hypothesis import HealthCheck, settings
 
 from supervisor import Run
@@ -361,3 +363,12 @@ def pytest_sessionfinish_run(session: pytest.Session, exitstatus: int) -> Iterat
     if reports:
         sys.stderr.write("\nprocesses left behind by the test run:\n{}\n".format("\n".join(reports)))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+async def task_group() -> AsyncIterator[TaskGroup]:
+    """A task group for a test's spawns (``ManagedProcess.spawn`` watches its child in it),
+    cancelled when the test ends."""
+    async with anyio.create_task_group() as tg:
+        yield tg
+        tg.cancel_scope.cancel()

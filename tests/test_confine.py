@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
@@ -58,13 +57,6 @@ needs_landlock = pytest.mark.skipif(
 root_in_cgroup_mode = pytest.mark.skipif(
     not (ROOT and CGROUP_AVAILABLE), reason="a root supervisor in cgroup mode"
 )
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 @pytest.fixture

@@ -12,11 +12,9 @@ import json
 import os
 import subprocess
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import psutil
 import pytest
 from anyio.abc import TaskGroup
@@ -38,13 +36,6 @@ pytestmark = pytest.mark.anyio
 __all__ = ["subreaper_off"]  # a fixture, imported for use here
 
 BEHAVE = str(CHILDREN / "behave.py")
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 def kill(pid: int) -> None:

@@ -4,10 +4,8 @@ supervisor's own teardown signal is never reported as the child's doing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import pytest
 from anyio.abc import TaskGroup
 
@@ -21,13 +19,6 @@ from tests.acp.test_provider import child
 from tests.test_process import spec_for
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 async def test_a_start_whose_child_is_killed_names_the_facts_it_saw(

@@ -50,7 +50,9 @@ def test_an_authors_name_imported_from_the_root_warns_once_naming_its_new_place(
 
 
 def test_an_authors_name_read_as_an_attribute_of_the_root_warns_once() -> None:
-    assert [w[:1] for w in warnings_of("import supervisor\nsupervisor.ProviderRun")] == [["DeprecationWarning"]]
+    assert [w[:1] for w in warnings_of("import supervisor\nsupervisor.ProviderRun")] == [
+        ["DeprecationWarning"]
+    ]
 
 
 def test_the_new_places_and_the_callers_names_do_not_warn() -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import psutil
 import pytest
 from anyio.abc import TaskGroup
@@ -50,13 +49,6 @@ def spec_for(
         stderr=stderr,
         containment=containment,
     )
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 async def ready_pids(proc: ManagedProcess) -> list[int]:

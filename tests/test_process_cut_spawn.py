@@ -10,7 +10,6 @@ own "Loop ... that handles pid N is closed" on the CLI's stderr).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -37,13 +36,6 @@ from supervisor.process._sweep import sweep_once
 from tests.conftest import CGROUP_AVAILABLE, CHILDREN, PYTHON, clean_up_cgroups, run_cgroups
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 def _spec(cwd: Path, containment: Containment) -> SpawnSpec:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from anyio.abc import TaskGroup
 
@@ -22,13 +20,6 @@ from supervisor.process import Containment, ExitFacts, ManagedProcess, TeardownR
 from tests.test_process import ready_pids, spec_for, tear_down
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 async def test_the_look_at_the_tree_does_not_wait_for_asyncios_exit_report(
@@ -71,7 +62,10 @@ async def test_the_look_at_the_tree_does_not_wait_for_asyncios_exit_report(
     assert report == TeardownReport(
         quiescent=True, rung="eof-wait", exit=ExitFacts(0, None), containment=containment.mode
     )
-    assert [(e.event, e.target) for e in trail.entries] == [("stdin_closed", "eof-wait"), ("tree_exited", "gone")]
+    assert [(e.event, e.target) for e in trail.entries] == [
+        ("stdin_closed", "eof-wait"),
+        ("tree_exited", "gone"),
+    ]
 
 
 async def test_a_cgroup_leaf_is_removed_off_the_event_loop(

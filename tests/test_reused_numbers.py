@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -39,13 +38,6 @@ pytestmark = pytest.mark.anyio
 NS_LAST_PID = Path("/proc/sys/kernel/ns_last_pid")
 ATTEMPTS = 300
 NAMESPACES = 200
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[TaskGroup]:
-    async with anyio.create_task_group() as tg:
-        yield tg
-        tg.cancel_scope.cancel()
 
 
 # A helper in our own session (so never one of a run's possible orphans) makes the
