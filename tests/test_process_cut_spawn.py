@@ -32,8 +32,10 @@ from supervisor.process import (
     child_environment,
     containment_for,
 )
+from supervisor.process._cshim import prepare_shim
 from supervisor.process._sweep import sweep_once
 from tests.conftest import CGROUP_AVAILABLE, CHILDREN, PYTHON, clean_up_cgroups, run_cgroups
+from tests.support.pidfd import reaped
 
 pytestmark = pytest.mark.anyio
 
@@ -50,23 +52,15 @@ def _spec(cwd: Path, containment: Containment) -> SpawnSpec:
     )
 
 
-def _reaped(pid: int) -> bool:
-    """Whether ``pid`` is no longer a child of ours waiting to be reaped (it was reaped)."""
-    try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return False
-
-
 async def test_a_spawn_cancelled_after_the_fork_hands_its_child_over(
     tmp_path: Path, task_group: TaskGroup
 ) -> None:
-    # The sweep at the first spawn hops to a worker thread, so does a cgroup leaf's mkdir:
-    # with both out of the way, the spawn's first checkpoint is asyncio's wait for the
-    # child's pipes, after the fork.  The scope is cancelled before the spawn begins, so the
-    # cancellation lands there, every time.
+    # The sweep at the first spawn hops to a worker thread, so do the first shimmed spawn's
+    # look at the compiled shim and a cgroup leaf's mkdir: with them out of the way, the
+    # spawn's first checkpoint is asyncio's wait for the child's pipes, after the fork.  The
+    # scope is cancelled before the spawn begins, so the cancellation lands there, every time.
     await sweep_once()
+    await prepare_shim()
     spec = _spec(tmp_path, ProcessTreeContainment())
     proc: ManagedProcess | None = None
     with anyio.CancelScope() as scope:
@@ -76,7 +70,7 @@ async def test_a_spawn_cancelled_after_the_fork_hands_its_child_over(
     report = await proc.teardown(TeardownLadder(), eof_grace=0.0, term_grace=30.0)
     assert report.quiescent
     assert report.exit == ExitFacts(None, "SIGTERM")  # the teardown's own signal: the child was running
-    assert _reaped(proc.pid)
+    assert reaped(proc.pid)
 
 
 class _CancelledWhileEnclosing:

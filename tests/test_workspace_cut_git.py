@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from supervisor.workspace._git import git
+from tests.support.pidfd import reaped
 
 pytestmark = pytest.mark.anyio
 
@@ -47,15 +48,6 @@ def _release(fifo: Path) -> None:
     """Let a reader still waiting on ``fifo`` go (when git never got to write to it)."""
     with contextlib.suppress(OSError):  # ENXIO: nobody is reading
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-
-def _reaped(pid: int) -> bool:
-    """Whether ``pid`` is no longer a child of ours, running or waiting to be reaped."""
-    try:
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return False
 
 
 async def _cancel_at_the_fork(cwd: Path) -> int:
@@ -89,7 +81,7 @@ async def test_a_git_cancelled_while_it_is_spawned_is_killed_and_waited_for(
     # up to the kernel: a few rounds make the check see it.
     for _ in range(5):
         pid = await _cancel_at_the_fork(tmp_path)
-        assert _reaped(pid), "the cancelled git was left for nobody to wait for"
+        assert reaped(pid), "the cancelled git was left for nobody to wait for"
 
 
 async def test_a_git_cancelled_while_it_runs_is_killed_and_waited_for(tmp_path: Path, started: Path) -> None:

@@ -37,3 +37,12 @@ def wait_gone(fds: dict[int, int], within: float) -> list[int]:
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
     return sorted(pending)
+
+
+def reaped(pid: int) -> bool:
+    """Whether ``pid`` is no longer a child of ours, running or waiting to be reaped."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return False
