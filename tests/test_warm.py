@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 from pathlib import Path
 from typing import ClassVar
 
@@ -360,28 +359,14 @@ async def test_a_provider_whose_runs_get_a_worktree_cannot_be_prestarted(tmp_pat
 
 
 async def test_a_local_batch_of_worktree_runs_starts_them_cold_without_a_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from supervisor import batch
+    from tests.support.git import git
 
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(tmp_path),
-            "-c",
-            "user.email=t@e",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "0",
-        ],
-        check=True,
-    )
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the runs' worktrees
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "0")
     caplog.set_level(logging.DEBUG, logger="supervisor")
     async with registry_of(example_agent_config(workspace="worktree")) as registry:
         records = [

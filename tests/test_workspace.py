@@ -19,18 +19,11 @@ from supervisor import Registry, StartFailed, SubagentRequest
 from supervisor.process import HostIdentity, sweep
 from supervisor.process._keeper_main import start_time
 from supervisor.providers.acp import Config, Provider, example_agent_config
+from tests.support.git import git
 
 pytestmark = pytest.mark.anyio
 
 WRITE = "@permission edit\nsay hello"
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(
-        ["git", "-C", str(cwd), *args], env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 @pytest.fixture(autouse=True)

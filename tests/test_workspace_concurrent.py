@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import anyio
 import pytest
 
 from supervisor.workspace._git import Checkout, add_worktree, remove_worktree
+from tests.support.git import git
 
 pytestmark = pytest.mark.anyio
 
@@ -27,20 +27,14 @@ AT_ONCE = 6
 ROUNDS = 2
 
 
-def _git(cwd: Path, *args: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    subprocess.run(["git", "-C", str(cwd), *args], env=env, check=True, capture_output=True)
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repo"
     path.mkdir()
-    _git(path, "init", "-q", "-b", "main")
+    git(path, "init", "-q", "-b", "main")
     (path / "README").write_text("one\n")
-    _git(path, "add", "-A")
-    _git(path, "commit", "-q", "-m", "first")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "first")
     return path
 
 
