@@ -26,6 +26,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -47,6 +48,38 @@ async def warm_run(registry: Registry, name: str, cwd: Path) -> float:
     assert any(entry.machine == "warm" for entry in run.audit.entries), "the run did not take a warm child"
     await registry.prestart(name, 1, cwd=cwd)  # untimed: the refill is ready, nothing spawns now
     return elapsed
+
+
+async def switched_rounds(
+    plain: Registry, name: str, cwd: Path, switch: Callable[[bool], None], rounds: int
+) -> tuple[list[float], list[float], list[float]]:
+    """An A/B of one warm-child feature: two registries of ``plain``'s provider ``name``, the
+    feature switched on (``switch(True)``) while the first one's warm children are made and
+    off while the second one's are (a refill is made at the end of each warm run, so each
+    run switches first); each round times a run on each and a conversation's second turn.
+    The switch is left on."""
+    on, off = Registry(), Registry()
+    on.register(plain.get(name))
+    off.register(plain.get(name))
+    with_it: list[float] = []
+    without: list[float] = []
+    turns: list[float] = []
+    try:
+        async with on, off:
+            switch(True)
+            await warm_run(on, name, cwd)  # warm every path once
+            switch(False)
+            await warm_run(off, name, cwd)
+            await second_turn(plain, name, cwd)
+            for _ in range(rounds):
+                switch(True)
+                with_it.append(await warm_run(on, name, cwd))
+                switch(False)
+                without.append(await warm_run(off, name, cwd))
+                turns.append(await second_turn(plain, name, cwd))
+    finally:
+        switch(True)
+    return with_it, without, turns
 
 
 def build_claude(stack: ExitStack) -> tuple[Registry, str, Path, str]:

@@ -25,8 +25,7 @@ import anyio
 import psutil
 
 from benchmarks._stats import summary
-from benchmarks.bench_conversation import second_turn
-from benchmarks.bench_warm import build_claude_agent_acp, warm_run
+from benchmarks.bench_warm import build_claude_agent_acp, switched_rounds
 from supervisor import Registry
 from supervisor.providers.acp import _eager as eager_compile
 
@@ -72,23 +71,8 @@ async def main() -> None:
     rounds = int(os.environ.get("BENCH_ROUNDS", "12"))
     with ExitStack() as stack:
         plain, name, cwd, label = build_claude_agent_acp(stack)
-        eager, lazy = Registry(), Registry()
-        eager.register(plain.get(name))
-        lazy.register(plain.get(name))
+        compiled, bare, turns = await switched_rounds(plain, name, cwd, _eager, rounds)
         try:
-            async with eager, lazy:
-                _eager(True)
-                await warm_run(eager, name, cwd)  # warm every path once
-                _eager(False)
-                await warm_run(lazy, name, cwd)
-                await second_turn(plain, name, cwd)
-                compiled, bare, turns = [], [], []
-                for _ in range(rounds):
-                    _eager(True)  # the refill made at the end of each warm run is eager (or not) too
-                    compiled.append(await warm_run(eager, name, cwd))
-                    _eager(False)
-                    bare.append(await warm_run(lazy, name, cwd))
-                    turns.append(await second_turn(plain, name, cwd))
             children: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
             for _ in range(3):
                 for on in (True, False):

@@ -20,9 +20,7 @@ from typing import Any
 import anyio
 
 from benchmarks._stats import summary
-from benchmarks.bench_conversation import second_turn
-from benchmarks.bench_warm import choose, warm_run
-from supervisor import Registry
+from benchmarks.bench_warm import choose, switched_rounds
 from supervisor.run import _warm
 
 SET_UP = _warm.warm_up
@@ -40,25 +38,7 @@ async def main() -> None:
     rounds = int(os.environ.get("BENCH_ROUNDS", "12"))
     with ExitStack() as stack:
         plain, name, cwd, label = choose(stack)
-        with_setup, without = Registry(), Registry()
-        with_setup.register(plain.get(name))
-        without.register(plain.get(name))
-        try:
-            async with with_setup, without:
-                _setup(True)
-                await warm_run(with_setup, name, cwd)  # warm every path once
-                _setup(False)
-                await warm_run(without, name, cwd)
-                await second_turn(plain, name, cwd)
-                set_up, bare, turns = [], [], []
-                for _ in range(rounds):
-                    _setup(True)  # the refill made at the end of each warm run is set up (or not) too
-                    set_up.append(await warm_run(with_setup, name, cwd))
-                    _setup(False)
-                    bare.append(await warm_run(without, name, cwd))
-                    turns.append(await second_turn(plain, name, cwd))
-        finally:
-            _setup(True)
+        set_up, bare, turns = await switched_rounds(plain, name, cwd, _setup, rounds)
     print(f"{label}, {rounds} interleaved rounds")
     print(summary("warm, set up: run to the first answer", set_up))
     print(summary("warm, not set up: run to the first answer", bare))
