@@ -8,9 +8,7 @@ lists them all).  This module is the one place they live, so removing them in
 
 from __future__ import annotations
 
-import sys
 import warnings
-from types import FrameType
 from typing import Any
 
 REMOVED_IN = "0.5"
@@ -54,23 +52,28 @@ def adopt_old_hooks(cls: type[Any]) -> None:
 
 def moved_to_provider(name: str) -> None:
     """Warn that ``supervisor.<name>`` (an authors' name 0.2 exported from ``supervisor``)
-    lives in ``supervisor.provider`` now: once per use.
+    lives in ``supervisor.provider`` now: once per name and process, at its first read.
 
-    ``from supervisor import X`` reads ``supervisor.X`` twice: the import system first asks
-    ``hasattr(supervisor, "X")`` (is X a submodule to import?), then the statement reads the
-    name.  The warning is left to the statement's read, whose line it points at."""
-    if _import_system_probe(sys._getframe(2)):  # 2: the caller of supervisor.__getattr__
+    ``from supervisor import X`` reads ``supervisor.X`` twice (the import system first asks
+    ``hasattr(supervisor, "X")``: is X a submodule to import?, then the statement reads the
+    name); a second warning from one statement, or one per line that uses the name, tells
+    nothing new.  The first read's warning points at the caller's line either way: counting
+    ``stacklevel``, :mod:`warnings` passes over the import system's own frames.  A warning
+    turned into an error (``-W error``) is raised again at the next read."""
+    if name in _WARNED:
         return
-    warnings.warn(
-        f"supervisor.{name} is a provider author's name: import it from supervisor.provider "
-        f"(importing it from supervisor is removed in {REMOVED_IN})",
-        DeprecationWarning,
-        stacklevel=3,
-    )
+    _WARNED.add(name)
+    try:
+        warnings.warn(
+            f"supervisor.{name} is a provider author's name: import it from supervisor.provider "
+            f"(importing it from supervisor is removed in {REMOVED_IN})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    except BaseException:
+        _WARNED.discard(name)
+        raise
 
 
-def _import_system_probe(frame: FrameType) -> bool:
-    """Whether ``frame`` is the import system's ``from package import X`` probe (its name and
-    file are the same in CPython 3.11 to 3.13)."""
-    code = frame.f_code
-    return code.co_name == "_handle_fromlist" and code.co_filename == "<frozen importlib._bootstrap>"
+_WARNED: set[str] = set()
+"""The moved names this process has warned about."""
