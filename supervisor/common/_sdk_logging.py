@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -93,7 +94,8 @@ def route_sdk_logging(modules: tuple[str, ...], attribute: str) -> None:
     ``supervisor.child`` at DEBUG; elsewhere it behaves as before.  Idempotent; every module
     must import."""
     for name in modules:
-        module = importlib.import_module(name)
+        # already imported, as at every run after the first: no trip through the import system
+        module = sys.modules.get(name) or importlib.import_module(name)
         original = getattr(module, attribute, None)
         if original is not None and not isinstance(original, RoutedLogging):
             setattr(module, attribute, RoutedLogging(original))

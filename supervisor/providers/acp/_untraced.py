@@ -31,7 +31,9 @@ def import_acp_untraced() -> ModuleType:
             for name in refused:
                 if sys.modules.get(name, ...) is None:
                     del sys.modules[name]
-    sdk_telemetry = importlib.import_module("acp.telemetry")
+    # once imported (every run after the first), read from ``sys.modules``: the import
+    # system's look-up of a loaded module was most of this function's cost per run
+    sdk_telemetry = sys.modules.get("acp.telemetry") or importlib.import_module("acp.telemetry")
     for switch in ("TRACER", "logfire_span"):  # the SDK opens spans only when either is set
         setattr(sdk_telemetry, switch, None)
-    return importlib.import_module("acp")
+    return sys.modules.get("acp") or importlib.import_module("acp")
