@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from supervisor.process._cshim import compiled_shim
+from supervisor.process._mounttable import mount_table
 
 SHIM = Path(__file__).with_name("_shim.py")
 
@@ -262,21 +263,32 @@ def has_sys_admin() -> bool:
 # -- the cgroup view --------------------------------------------------------------------------
 
 
+_parsed: tuple[str, tuple[tuple[str, str, str], ...]] | None = None
+"""The last table :func:`_mounts` parsed, and what it found in it."""
+
+
 def _mounts() -> list[tuple[str, str, str]]:
-    """(mount point, file-system type, super options) of every cgroup mount, as seen here."""
-    found: dict[str, tuple[str, str, str]] = {}
+    """(mount point, file-system type, super options) of every cgroup mount, as seen here
+    (the table read again only when it changed, and parsed again only then)."""
+    global _parsed
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if " - cgroup" not in line:  # the file-system type follows " - ": skip the rest cheaply
-                    continue
-                left, _, right = line.partition(" - ")
-                fields, tail = left.split(), right.split()
-                if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-                    found[fields[4]] = (fields[4], tail[0], tail[2])
+        text = mount_table()
     except OSError:
         return []
-    return list(found.values())
+    parsed = _parsed
+    if parsed is not None and parsed[0] is text:
+        return list(parsed[1])
+    found: dict[str, tuple[str, str, str]] = {}
+    for line in text.splitlines():
+        if " - cgroup" not in line:  # the file-system type follows " - ": skip the rest cheaply
+            continue
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            found[fields[4]] = (fields[4], tail[0], tail[2])
+    mounts = tuple(found.values())
+    _parsed = (text, mounts)
+    return list(mounts)
 
 
 @functools.cache
@@ -304,12 +316,20 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
     hierarchy, and is hidden otherwise (``groups`` None: process-tree, hide them all).
     First, :data:`READ_ONLY` goes read-only (the fresh cgroup mounts stay writable: the
     child may make groups below its own).  Last, :data:`PRIVATE_SHM` is a tmpfs of the run's
-    own: what it leaves in shared memory goes with its mount namespace (docs/limits.md)."""
+    own: what it leaves in shared memory goes with its mount namespace (docs/limits.md).
+
+    With no groups (every process-tree spawn as root) the steps depend on the mounts only:
+    the last ones are reused while the mounts are the same."""
+    global _hidden_view
+    mounts = _mounts()
+    hidden = _hidden_view
+    if groups is None and hidden is not None and hidden[0] == mounts:
+        return list(hidden[1])
     steps = [f"ro={path}" for path in READ_ONLY]
     # as strings: pathlib's ``parents`` builds a path per ancestor, per mount and group (the
     # cgroup mode's largest share of a run's parent CPU); both sides are normalised first
     entered = [str(group) for group in groups] if groups is not None else None
-    for point, kind, options in _mounts():
+    for point, kind, options in mounts:
         top = os.path.normpath(point)  # as ``Path`` would have it, without building one
         inside = entered is not None and any(_at_or_below(group, top) for group in entered)
         if not inside:
@@ -321,7 +341,13 @@ def view_steps(groups: Sequence[Path] | None) -> list[str]:
             chosen = [o for o in options.split(",") if o in names or o.startswith("name=")]
             steps.append(f"view=cgroup:{','.join(chosen)}:{point}")
     steps.append(f"shm={PRIVATE_SHM}")
+    if groups is None:
+        _hidden_view = (mounts, tuple(steps))
     return steps
+
+
+_hidden_view: tuple[list[tuple[str, str, str]], tuple[str, ...]] | None = None
+"""The mounts :func:`view_steps` last hid them all for, and the steps it gave."""
 
 
 def _at_or_below(path: str, top: str) -> bool:
