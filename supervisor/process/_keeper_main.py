@@ -30,7 +30,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 # The keeper's process name (``comm``): still readable once it is a zombie.
@@ -321,6 +321,43 @@ def worktrees_dir() -> Path:
     return Path(state) / "subagent-supervisor" / "worktrees"
 
 
+WORKTREE_LOCK_FILE = "subagent-worktrees.lock"
+"""In a repository's git common directory: the file whose ``flock`` every supervisor process
+holds around its worktree commands on that repository (``supervisor.workspace._admin_lock``)."""
+WORKTREE_LOCK_PATIENCE = 30.0
+"""Seconds the removal of a dead host's worktree waits for that lock before going on without it."""
+
+
+@contextlib.contextmanager
+def worktree_lock(common_dir: str | None) -> Iterator[None]:
+    """Hold a repository's worktree lock (blocking this thread, :data:`WORKTREE_LOCK_PATIENCE`
+    seconds at most); without a usable lock file, go on without it."""
+    import fcntl  # here, not at the top: the keeper starts without it
+
+    fd = None
+    if common_dir is not None:
+        with contextlib.suppress(OSError):
+            path = os.path.join(common_dir, WORKTREE_LOCK_FILE)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    try:
+        give_up, pause = time.monotonic() + WORKTREE_LOCK_PATIENCE, 0.005
+        while fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+            except OSError:
+                break
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
 def _git(repository: str, *args: str) -> None:
     import subprocess  # here, not at the top: the keeper starts without it
 
@@ -351,11 +388,13 @@ def remove_worktrees(ended: Callable[[str], bool]) -> list[tuple[Path, str]]:
                 continue
             path = marker.with_name(marker.name[: -len(".json")])
             repository = data.get("repository")
-            if isinstance(repository, str):
-                _git(repository, "worktree", "remove", "--force", "--force", str(path))
-            shutil.rmtree(path, ignore_errors=True)
-            if isinstance(repository, str):
-                _git(repository, "worktree", "prune")
+            common_dir = data.get("common_dir")
+            with worktree_lock(common_dir if isinstance(common_dir, str) else None):
+                if isinstance(repository, str):
+                    _git(repository, "worktree", "remove", "--force", "--force", str(path))
+                shutil.rmtree(path, ignore_errors=True)
+                if isinstance(repository, str):
+                    _git(repository, "worktree", "prune")
             if not path.exists():
                 with contextlib.suppress(OSError):
                     marker.unlink()

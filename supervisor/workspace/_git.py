@@ -21,6 +21,8 @@ from typing import IO
 
 import anyio
 
+from supervisor.workspace._admin_lock import administration
+
 SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.quotePath=true")
 KILLED_GIT_WAIT = 5.0
 """Seconds a killed git is waited for before the cancellation that killed it goes on."""
@@ -123,23 +125,9 @@ async def add_worktree(cwd: Path, base: str, path: Path) -> Checkout:
     except GitFailed as exc:
         exc.reason = "workspace_base is not a commit of the repository"
         raise
-    async with _administration(common):
+    async with administration(common):  # one at a time, across processes too
         await git(top, "worktree", "add", "--detach", "--quiet", str(path), commit)
     return Checkout(top, common, path, prefix.rstrip("/"), commit)
-
-
-_ADMINISTRATION: dict[Path, anyio.Lock] = {}
-
-
-def _administration(common_dir: Path) -> anyio.Lock:
-    """One repository's worktrees are added and removed one at a time (in this process).
-
-    ``git worktree add`` (``remove``, ``prune`` too) reads the administrative files of every
-    worktree the repository has; one being added at the same moment may have its folder but
-    not yet its files, and git dies reading them (``failed to read .git/worktrees/<id>/
-    commondir``): a batch's runs on one repository failed to start now and then.  One lock
-    per repository this process has used (a few)."""
-    return _ADMINISTRATION.setdefault(common_dir, anyio.Lock())
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +172,7 @@ def _copy_if_there(source: Path, target: Path) -> None:
 
 async def remove_worktree(checkout: Checkout) -> None:
     """Remove the worktree and its administrative files (whatever is in it)."""
-    async with _administration(checkout.common_dir):
+    async with administration(checkout.common_dir):
         try:
             await git(checkout.repository, "worktree", "remove", "--force", "--force", str(checkout.path))
         except GitFailed:
@@ -194,5 +182,5 @@ async def remove_worktree(checkout: Checkout) -> None:
 
 async def prune(repository: Path) -> None:
     """``git worktree prune``: forget worktrees whose folder is gone (call it holding the
-    repository's :func:`_administration`)."""
+    repository's :func:`~supervisor.workspace._admin_lock.administration`)."""
     await git(repository, "worktree", "prune")

@@ -6,7 +6,8 @@ worktrees``, default ``~/.local/state/...``), one per run, named by the run id. 
 run uses one, a marker beside it (``<run id>.json``) names the host (pid and start time)
 and the repository: the keeper (when its host dies with runs alive), the sweep before a
 host's first spawn and ``subagents reap`` remove the worktree of a dead host and prune
-the repository (``_keeper_main.remove_worktrees``).  A worktree the run kept and reported
+the repository (``_keeper_main.remove_worktrees``), holding the worktree lock named in the
+marker (``common_dir``) as a run does.  A worktree the run kept and reported
 loses its marker: it is the user's from then on.
 """
 
@@ -101,7 +102,13 @@ class RunWorkspace:
             _marker(path).write_text(json.dumps({"host": str(this_host()), "cwd": str(cwd)}))
             self.checkout = await add_worktree(cwd, self.base, path)
             _marker(path).write_text(
-                json.dumps({"host": str(this_host()), "repository": str(self.checkout.repository)})
+                json.dumps(
+                    {
+                        "host": str(this_host()),
+                        "repository": str(self.checkout.repository),
+                        "common_dir": str(self.checkout.common_dir),  # where the worktree lock is
+                    }
+                )
             )
         except (OSError, GitFailed) as exc:
             with contextlib.suppress(OSError):
