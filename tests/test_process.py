@@ -22,6 +22,7 @@ from supervisor.process import (
     StderrMode,
     TeardownReport,
     child_environment,
+    is_scrubbed,
     set_subreaper,
 )
 from tests.conftest import CHILDREN, PYTHON
@@ -325,3 +326,29 @@ async def test_frames_within_the_bound_pass_untouched(
     assert await proc.stdout.readline() == b"after\n"
     assert not proc.frame_too_large
     await tear_down(proc)
+
+
+def test_the_ambient_environment_is_read_again_whenever_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each spawn's scrubbed copy of ``os.environ`` is reused only while ``os.environ`` and
+    the removed names are what they were: a set, a change, a delete or another removal shows."""
+    monkeypatch.delenv("SUBAGENT_TEST_AMBIENT", raising=False)
+    first = child_environment({}, run_tag="t")
+    assert "SUBAGENT_TEST_AMBIENT" not in first
+    second = child_environment({}, run_tag="t")
+    for given in (first, second):  # a copy each time: never the one remembered
+        given["SUBAGENT_TEST_AMBIENT"] = "a caller's own change"
+    assert "SUBAGENT_TEST_AMBIENT" not in child_environment({}, run_tag="t")
+    monkeypatch.setenv("SUBAGENT_TEST_AMBIENT", "one")
+    assert child_environment({}, run_tag="t")["SUBAGENT_TEST_AMBIENT"] == "one"
+    monkeypatch.setenv("SUBAGENT_TEST_AMBIENT", "two")
+    assert child_environment({}, run_tag="t")["SUBAGENT_TEST_AMBIENT"] == "two"
+    assert "SUBAGENT_TEST_AMBIENT" not in child_environment({}, remove=["SUBAGENT_TEST_AMBIENT"], run_tag="t")
+    assert child_environment({}, run_tag="t")["SUBAGENT_TEST_AMBIENT"] == "two"
+    monkeypatch.setenv("SUBAGENT_TEST_API_KEY", "secret")  # credential-shaped: scrubbed as before
+    assert "SUBAGENT_TEST_API_KEY" not in child_environment({}, run_tag="t")
+    monkeypatch.delenv("SUBAGENT_TEST_AMBIENT")
+    assert "SUBAGENT_TEST_AMBIENT" not in child_environment({}, run_tag="t")
+    assert child_environment({}, run_tag="t") == {
+        **{k: v for k, v in os.environ.items() if not is_scrubbed(k)},
+        "SUBAGENT_SUPERVISOR_RUN": "t",
+    }
