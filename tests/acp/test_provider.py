@@ -464,3 +464,25 @@ def test_config_rejects_bad_graces() -> None:
 
 def test_environment_of_this_process_is_untouched() -> None:
     assert "SUBAGENT_SUPERVISOR_RUN" not in os.environ
+
+
+async def test_the_capabilities_sent_at_initialize_are_built_once_and_stay_the_sdk_s_default(
+    tmp_path: Path,
+) -> None:
+    """Every run offers the same (empty) client capabilities; the one model built for all
+    runs serialises as a fresh one would, and no run changes it."""
+    import acp
+    from acp.utils import serialize_params
+
+    from supervisor.providers.acp._run import _client_capabilities
+
+    for _ in range(2):
+        result, _run = await run_once(child(), tmp_path)
+        assert result.stop_reason == "completed"
+    shared = _client_capabilities(acp)
+    assert shared is _client_capabilities(acp)
+    fresh = acp.schema.ClientCapabilities()
+    assert shared == fresh
+    sent = acp.schema.InitializeRequest(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=shared)
+    expected = acp.schema.InitializeRequest(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=fresh)
+    assert serialize_params(sent) == serialize_params(expected)
