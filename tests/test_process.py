@@ -352,3 +352,42 @@ def test_the_ambient_environment_is_read_again_whenever_it_changed(monkeypatch: 
         **{k: v for k, v in os.environ.items() if not is_scrubbed(k)},
         "SUBAGENT_SUPERVISOR_RUN": "t",
     }
+
+
+def test_a_program_is_refused_before_the_spawn_with_the_error_execve_would_give(tmp_path: Path) -> None:
+    """Missing, a directory, not executable, not a program: the errno ``execve`` gives; a
+    program (ELF or script, through a symlink too) and one we may run but not read: none."""
+    import errno
+    import sys
+
+    from supervisor.process._spawn_command import _exec_error
+
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    text = tmp_path / "text"
+    text.write_text("hello\n")
+    text.chmod(0o755)
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    link = tmp_path / "link"
+    link.symlink_to(script)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    assert _exec_error(None) == errno.ENOENT
+    assert _exec_error(str(tmp_path / "missing")) == errno.ENOENT
+    assert _exec_error(str(dangling)) == errno.ENOENT
+    assert _exec_error(str(tmp_path)) == errno.EACCES
+    assert _exec_error(str(text)) == errno.ENOEXEC
+    assert _exec_error(str(script)) is None
+    assert _exec_error(str(link)) is None
+    assert _exec_error(sys.executable) is None
+    if os.geteuid() != 0:  # root may execute any file with an execute bit, and read all
+        assert _exec_error(str(plain)) == errno.EACCES
+        unreadable = tmp_path / "unreadable"
+        unreadable.write_text("#!/bin/sh\n")
+        unreadable.chmod(0o111)
+        assert _exec_error(str(unreadable)) is None
+    else:
+        assert _exec_error(str(plain)) == (None if os.access(plain, os.X_OK) else errno.EACCES)
