@@ -404,7 +404,14 @@ def shim_command(steps: Sequence[str], argv: Sequence[str]) -> list[str]:
 
 
 def root_steps(keep: Iterable[str]) -> list[str]:
-    return [f"drop={','.join(str(n) for n in dropped_capabilities(keep))}"] if is_root() else []
+    return [_drop_step(frozenset(keep))] if is_root() else []
+
+
+@functools.lru_cache(maxsize=64)
+def _drop_step(keep: frozenset[str]) -> str:
+    """The shim's ``drop=`` step for ``keep``: the same for every spawn that keeps the same
+    names (the kernel's last capability is read once), so built once per set."""
+    return f"drop={','.join(str(n) for n in dropped_capabilities(keep))}"
 
 
 def confinement_lines() -> list[str]:
