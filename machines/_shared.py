@@ -164,6 +164,17 @@ class SharedCallbacksChart(StateChart[Any]):
                 return None
         return super().send(event, *args, **kwargs)
 
+    def _get_engine(self) -> Any:
+        """The library's engine, built when first needed on a shared registry whose chart
+        started already (see :class:`_DeferredEngine`): the fast path needs only its flag."""
+        if (
+            self._callbacks is _registries.get(type(self))
+            and not self._callbacks.has_async_callbacks
+            and self.current_state_value is not None
+        ):
+            return _DeferredEngine(self)
+        return super()._get_engine()  # type: ignore[no-untyped-call]  # the library leaves it untyped
+
     def _transition_happened(self, event: Any, source: Any, target: Any) -> None:
         """A transition was taken: tell the relayed listeners, in the order given."""
         for listener in self._relayed:
@@ -190,3 +201,37 @@ class SharedCallbacksChart(StateChart[Any]):
             self._callbacks = own
             super()._register_callbacks([_RELAY])  # the same callbacks, in a private registry
         return super().add_listener(*listeners)  # type: ignore[no-untyped-call]  # the library leaves it untyped
+
+
+class _DeferredEngine:
+    """Stands in for python-statemachine's ``SyncEngine`` until something asks it more than
+    whether it runs.
+
+    Building the engine (two priority queues with their locks and conditions, an
+    invocation manager, a lock) was about half of building a chart, and a one-shot run's
+    events all take the fast path, which reads and clears only ``running``.  Its ``start``
+    has nothing to do (the chart's model holds its initial state already, as the library's
+    own ``start`` checks); any other attribute (``put`` for an event the fast path does not
+    take, ``processing_loop``, ``enabled_events``, ...) builds the library's engine with
+    this one's ``running``, puts it in the chart's hands and answers from it, so the chart
+    behaves from then on exactly as it would have.
+    """
+
+    __slots__ = ("running", "sm")
+
+    def __init__(self, sm: SharedCallbacksChart) -> None:
+        self.sm = sm
+        self.running = True
+
+    def start(self, **kwargs: Any) -> None:
+        if self.sm.current_state_value is None:  # never, as built (kept for a restored model)
+            self._real().start(**kwargs)
+
+    def _real(self) -> Any:
+        engine = StateChart._get_engine(self.sm)  # type: ignore[no-untyped-call]  # untyped there
+        engine.running = self.running
+        self.sm._engine = engine
+        return engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)

@@ -202,3 +202,33 @@ def test_the_fast_path_does_what_the_engine_does_for_every_state_and_event(
     monkeypatch.setattr(_shared, "_fast_rows", lambda cls: None)
     engine = {(s.id, e): _outcome(chart, s, e, events) for s in chart.states for e in events}
     assert fast == engine
+
+
+def test_the_library_s_engine_is_built_only_when_an_event_needs_it() -> None:
+    """A one-shot run's events all take the fast path, so its charts never build the
+    library's engine; the first use that needs one builds it with the chart's state and
+    flag, and the chart goes on as it would have (the same moves, the same refusals)."""
+    from statemachine.engines.sync import SyncEngine
+
+    TeardownLadder(listeners=[AuditTrail("run-0")])  # a class's first instance builds the registry
+    trail = AuditTrail("run-1")
+    ladder = TeardownLadder(listeners=[trail])
+    assert not isinstance(ladder._engine, SyncEngine)
+    ladder.send("stdin_closed")
+    ladder.send("tree_exited")  # into a final state: the machine stops
+    assert ladder.is_terminated
+    assert not isinstance(ladder._engine, SyncEngine)
+    with pytest.raises(TransitionNotAllowed):  # the engine's refusal, as before
+        ladder.send("stdin_closed")
+    assert isinstance(ladder._engine, SyncEngine)
+    assert ladder.is_terminated
+    assert story(trail) == [("stdin_closed", "running", "eof-wait", "ladder"), ("tree_exited", "eof-wait", "gone", "ladder")]
+
+    other = TeardownLadder(listeners=[AuditTrail("run-2")])
+    other.send("stdin_closed")
+    # asked of the engine: built now, in the chart's state
+    assert {str(e.id) for e in other.enabled_events()} == {"eof_grace_expired", "kill_forced", "tree_exited"}
+    assert isinstance(other._engine, SyncEngine)
+    assert not other.is_terminated
+    other.send("eof_grace_expired")
+    assert other.rung == "term-wait"
