@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from pydantic import ValidationError
 
 from supervisor import Registry, StartFailed, SubagentRequest
 from supervisor.process import HostIdentity, sweep
-from supervisor.process._keeper_main import start_time
+from supervisor.process._keeper_main import WORKTREE_LOCK_FILE, start_time, worktree_lock
 from supervisor.providers.acp import Config, Provider, example_agent_config
 from tests.support.git import git
 
@@ -203,6 +204,68 @@ def test_reap_removes_a_dead_hosts_worktree(repo: Path, state_home: Path) -> Non
     assert len(worktrees(repo)) == 2
 
 
+def dead_host() -> HostIdentity:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = start_time(gone.pid)
+    gone.wait()
+    return HostIdentity(gone.pid, start or 1)
+
+
+# The sweep of dead hosts' worktrees (what a host runs before its first spawn), in a process of
+# its own that waits for the worktree lock as long as the test holds it.
+SWEEP_WORKTREES = """
+from supervisor.process import _keeper_main
+from supervisor.process._sweep import sweep_worktrees
+
+_keeper_main.WORKTREE_LOCK_PATIENCE = 3600.0
+for item in sweep_worktrees():
+    print(item.line())
+"""
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_dead_hosts_worktree_is_removed_under_the_repositorys_worktree_lock(
+    repo: Path, state_home: Path
+) -> None:
+    """The sweep (and the keeper, and ``subagents reap``) removes a dead host's worktree holding
+    the lock a run holds around its own worktree commands: while the test holds it the sweep has
+    the lock file open and waits, the worktree still there; once it is let go, the sweep removes it."""
+    host = dead_host()
+    state_home.mkdir(parents=True)
+    path = state_home / "dead-run"
+    git(repo, "worktree", "add", "--detach", "-q", str(path), "HEAD")
+    common = (repo / ".git").resolve()
+    marker = {"host": str(host), "repository": str(repo), "common_dir": str(common)}
+    (state_home / "dead-run.json").write_text(json.dumps(marker))
+    with worktree_lock(str(common)):
+        sweeper = subprocess.Popen([sys.executable, "-c", SWEEP_WORKTREES], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120  # a bound for a loaded machine, not a timing assumption
+        while sweeper.poll() is None and not holds_open(sweeper.pid, common / WORKTREE_LOCK_FILE):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert sweeper.poll() is None, "the sweep did not wait for the worktree lock"
+        assert path.is_dir()
+    out, _ = sweeper.communicate(timeout=120)
+    assert sweeper.returncode == 0
+    assert out == f"reaped worktree {path} (host {host} is gone)\n"
+    assert not path.exists()
+    assert len(worktrees(repo)) == 1
+
+
 def test_the_cli_json_document_carries_the_workspace(repo: Path, tmp_path: Path) -> None:
     from supervisor.providers.acp import EXAMPLE_AGENT
 
@@ -328,7 +391,6 @@ anyio.run(main)
 
 def test_the_keeper_removes_the_worktree_of_a_host_that_died_mid_run(repo: Path) -> None:
     import signal
-    import time
 
     host = subprocess.Popen(
         [sys.executable, "-c", HOST], cwd=repo, stdout=subprocess.PIPE, text=True, env=os.environ.copy()
@@ -337,7 +399,9 @@ def test_the_keeper_removes_the_worktree_of_a_host_that_died_mid_run(repo: Path)
     with host.stdout:
         path = Path(json.loads(host.stdout.readline())["path"])
     assert path.is_dir()
-    assert Path(str(path) + ".json").exists()
+    marker = json.loads(Path(str(path) + ".json").read_text())
+    # (where the repository's worktree lock is: the keeper holds it too while it removes them)
+    assert (marker["repository"], Path(marker["common_dir"])) == (str(repo), (repo / ".git").resolve())
     host.send_signal(signal.SIGKILL)
     host.wait()
     deadline = time.monotonic() + 120  # a bound for a loaded machine, not a timing assumption
