@@ -34,17 +34,23 @@ from signal import Signals
 
 import anyio
 
+from supervisor.process._cgroup_mounts import own_cgroup_directory, unified_mount
 from supervisor.process._childpin import ChildPin
 from supervisor.process._confine import is_root, view_steps
 from supervisor.process._escapes import (
     CENSUS,
+    adopted,
+    descendants_suffice,
     escape_possible,
+    main_thread_children,
     namespace_prefix,
     own_cgroup_namespace,
     pin_cgroup_namespace,
+    run_descendants,
 )
 from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.process._inotify import watch_file
+from supervisor.process._keeper import keeper_pid
 from supervisor.process._keeper_main import start_time as process_start_time
 from supervisor.process._limit_files import subtree
 from supervisor.process._limit_support import Hierarchy, LimitSupport, limit_support
@@ -57,6 +63,7 @@ from supervisor.process._tree import (
     PIDFD_BATCH,
     in_slices,
     subreaper_enabled,
+    subreaper_epoch,
     thread_group_gone,
     wait_gone,
 )
@@ -104,87 +111,6 @@ def parse_host_group(name: str) -> tuple[int, int] | None:
 
 def run_leaf_name(run_tag: str) -> str:
     return RUN_LEAF_PREFIX + _SAFE_TAG.sub("_", run_tag)
-
-
-def _cgroup2_mounts() -> list[tuple[Path, str]]:
-    """Every cgroup v2 mount point with its root (as this process's cgroup namespace sees it)."""
-    found: list[tuple[Path, str]] = []
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                if right.split()[:1] == ["cgroup2"]:
-                    fields = left.split()
-                    found.append((Path(fields[4]), fields[3]))
-    except (OSError, IndexError):
-        return []
-    return found
-
-
-def unified_mount() -> Path | None:
-    """Where the cgroup v2 hierarchy is mounted (``/sys/fs/cgroup``, or on hybrid hosts
-    ``/sys/fs/cgroup/unified``), or None."""
-    found = [point for point, _root in _cgroup2_mounts()]
-    for preferred in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
-        if preferred in found:
-            return preferred
-    return found[0] if found else None
-
-
-def own_cgroup_path() -> str | None:
-    """This process's path in the cgroup v2 hierarchy (the ``0::`` line), or None."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].strip()
-    except OSError:
-        return None
-    return None
-
-
-# How many cgroups a supervisor started inside a cgroup namespace looks at to find its own.
-_MAX_SEARCHED = 20_000
-
-
-def own_cgroup_directory(mount: Path | None = None) -> Path | None:
-    """This process's own cgroup as a directory of the v2 mount, or None.
-
-    Both ``/proc/self/cgroup`` and the mount's root are shown relative to this process's
-    cgroup namespace.  A supervisor that runs inside a run of another one (a cgroup
-    namespace rooted at that run's leaf) sees its path as ``/`` and the mount's root as
-    ``/../..``: its namespace root is that many levels below the mount's root, and it is
-    found there as the one directory whose ``cgroup.procs`` lists this process.
-    """
-    own = own_cgroup_path()
-    mounts = dict(_cgroup2_mounts())
-    mount = mount or unified_mount()
-    if own is None or mount is None:
-        return None
-    root = mounts.get(mount, "/")
-    if root == "/":
-        return mount / own.lstrip("/")
-    parts = Path(root).parts[1:]
-    if ".." not in parts:  # a mount of a subtree of our namespace
-        relative = os.path.relpath(own, root)
-        return None if relative.startswith("..") else mount / relative
-    depth = len(parts)
-    candidates = [mount]
-    for _ in range(depth):
-        below = []
-        for directory in candidates:
-            with contextlib.suppress(OSError):
-                below += [Path(e.path) for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
-            if len(below) > _MAX_SEARCHED:
-                return None
-        candidates = below
-    me = str(os.getpid())
-    for directory in candidates:
-        mine = directory / own.lstrip("/")
-        with contextlib.suppress(OSError):
-            if me in (mine / "cgroup.procs").read_text().split():
-                return mine
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,22 +192,6 @@ class CgroupContainment:
         return enclosure
 
 
-def _own_children() -> list[int]:
-    """The children of this process's main thread, from ``/proc/self/task/<pid>/children``.
-
-    Orphans adopted through the child subreaper are re-parented to the first live thread
-    of the process, its leader, which a Python process keeps alive; children other threads
-    forked are direct children of runs (asyncio's to reap) or not the runs' at all.  One
-    file, instead of one per thread (asyncio starts a thread per live child): at N runs in
-    flight the old walk read N files for every run's release.
-    """
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as f:
-            return [int(word) for word in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs: not a zombie, or a zombie leader whose other threads still do."""
     try:
@@ -326,6 +236,7 @@ class CgroupEnclosure:
         self._escaped: dict[int, int] = {}  # pid -> start time of members found outside the leaf
         self._root: int | None = None
         self._pin: ChildPin | None = None
+        self._epoch: int | None = None  # the subreaper's when the child started (None: off)
         self._released = False
         self._usage: Usage | None = None
         self.below = ""
@@ -388,10 +299,18 @@ class CgroupEnclosure:
         """The spawner's pidfd pin of the child (the spawner closes it)."""
         self._pin = pin
 
+    @property
+    def wants_subreaper(self) -> bool:
+        """Whether the spawner should turn the child subreaper on (unless the embedder said no):
+        the look for processes that left the leaf then walks the run's own tree, not every
+        process of the machine (see ``_escapes``)."""
+        return self._watch
+
     def started(self, pid: int) -> None:
         self._root = pid
         if self._pin is None or self._pin.pid != pid:
             self._pin = ChildPin(pid, open_fd=False)  # by start time, until :meth:`pinned`
+        self._epoch = subreaper_epoch()
 
     def program_running(self) -> None:
         """The child wrote its first output: it runs the program, in the run's namespace."""
@@ -525,7 +444,9 @@ class CgroupEnclosure:
         if not self._watch:
             return []
         self._note_namespace()
-        if self._namespace is not None:
+        if self._namespace is not None and descendants_suffice(self._epoch, subreaper_epoch()):
+            candidates = await self._below_us(self._namespace)
+        elif self._namespace is not None:
             candidates = list((await CENSUS.fresh()).get(self._namespace, ()))
         else:
             table = await TABLE.fresh()
@@ -542,6 +463,16 @@ class CgroupEnclosure:
             found.append(pid)
         return found
 
+    async def _below_us(self, namespace: str) -> list[int]:
+        """The run's processes below us (see :func:`run_descendants`); when its child has exited
+        and we adopted nothing, there are none: one file read, no hop to a worker thread."""
+        exclude = {*ASYNCIO_CHILDREN, self._root or 0, keeper_pid() or 0}
+        pin = self._pin
+        roots = [] if self._root is None or (pin is not None and pin.has_exited()) else [self._root]
+        if not roots and not adopted(exclude):
+            return []
+        return await anyio.to_thread.run_sync(run_descendants, namespace, roots, exclude)
+
     async def _signal_escapees(self, sig: Signals, pids: Sequence[int] | None = None) -> None:
         """Signal the processes that left the leaf (still the same processes: pid and start)."""
         escaped = await self._escapees() if pids is None else pids
@@ -557,10 +488,10 @@ class CgroupEnclosure:
     def _reap_members(self) -> None:
         if not subreaper_enabled():  # without it, no member but the child is ever ours
             return
-        for pid in _own_children():
+        for pid in main_thread_children():
             if pid in ASYNCIO_CHILDREN or pid == self._root:
                 continue  # direct children of runs are asyncio's to reap
-            if self._holds(pid):
+            if self._holds(pid) or (pid in self._escaped and self._still_escaped(pid)):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 

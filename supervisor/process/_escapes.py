@@ -15,6 +15,13 @@ leave its run's leaf.  Two lines against that:
   its leaf (their cgroup namespace is the run's, or their environment carries its run
   tag), signals them with the rung under way and waits for them like for the leaf.
 
+Where the watch looks.  With the child subreaper on (since before the run started, and
+all along), every process of a run is below its direct child or below an orphan the
+kernel handed to this process (:func:`run_descendants`): the look is proportional to
+the run's own tree, and a run whose child exited while this process adopted nothing
+costs one file.  Without it, the one way to find a process that left its leaf is to
+read every process's cgroup namespace (:data:`CENSUS`).
+
 What still gets out is in the README ("What a root child can still do").
 """
 
@@ -29,6 +36,10 @@ import subprocess
 from supervisor.process._confine import has_sys_admin
 from supervisor.process._fresh import FreshReads
 from supervisor.process._keeper_main import all_pids
+from supervisor.process._proctable import CHILDREN_FILES, children_of
+
+# Walks of our descendants at most, per look (a tree re-parenting without pause never settles).
+_MAX_WALKS = 50
 
 
 def cgroup_namespace(pid: int | str) -> str | None:
@@ -120,3 +131,62 @@ def _read_namespaces() -> dict[str, list[int]]:
 
 # Who is in which cgroup namespace: one read at a time for every run that asks.
 CENSUS: FreshReads[dict[str, list[int]]] = FreshReads(_read_namespaces, {})
+
+
+def main_thread_children() -> list[int]:
+    """The children of this process's main thread, from ``/proc/self/task/<pid>/children``.
+
+    Orphans adopted through the child subreaper are re-parented to the first live thread
+    of the process, its leader, which a Python process keeps alive; children other threads
+    forked are direct children of runs (asyncio's to reap) or not the runs' at all.  One
+    file, instead of one per thread (asyncio starts a thread per live child): at N runs in
+    flight a walk of every thread's would read N files for every run.
+    """
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as f:
+            return [int(word) for word in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def adopted(exclude: set[int]) -> list[int]:
+    """Our main thread's children but ``exclude`` (the runs' direct children, the keeper)."""
+    return [pid for pid in main_thread_children() if pid not in exclude]
+
+
+def descendants_suffice(epoch: int | None, now: int | None) -> bool:
+    """Whether a walk of our descendants sees every process of a run started at subreaper
+    ``epoch`` (see ``subreaper_epoch``): the subreaper was on then and all along since."""
+    return CHILDREN_FILES and epoch is not None and epoch == now
+
+
+def run_descendants(namespace: str, roots: list[int], exclude: set[int]) -> list[int]:
+    """Live processes in ``namespace`` among ``roots`` (the run's child while it lives), our
+    adopted children (all but ``exclude``) and everything below them.
+
+    With the child subreaper on, an orphan of a run goes to the nearest live ancestor that
+    is a subreaper: one of the run's own (itself below the run's child or adopted by us),
+    or this process (its main thread, :func:`main_thread_children`), never out of our tree; the
+    runs' other direct children and what is below them are other runs'.  The walk is
+    repeated until one finds nothing the previous ones had not: a process re-parented to
+    us during a walk is found by the next.
+    """
+    found: list[int] = []
+    checked: set[int] = set()
+    for _ in range(_MAX_WALKS):
+        before = len(checked)
+        stack = [*roots, *adopted(exclude)]
+        walked: set[int] = set()
+        while stack:
+            pid = stack.pop()
+            if pid in walked:
+                continue
+            walked.add(pid)
+            if pid not in checked:
+                checked.add(pid)
+                if cgroup_namespace(pid) == namespace:
+                    found.append(pid)
+            stack += children_of(pid)
+        if len(checked) == before:
+            break
+    return found

@@ -96,7 +96,10 @@ class ManagedProcess:
                 enclosure = spec.containment.enclose(spec.run_tag, spec.limits)
         except (OSError, LimitUnavailable) as exc:
             raise EnclosureFailed(f"could not enclose the run: {exc!r}") from exc
-        if enclosure.mode == "process-tree" and spec.subreaper:
+        # process-tree, and cgroup where a process could leave its leaf (the look for it then
+        # walks our own descendants): orphans of runs come back to us
+        adopts = enclosure.mode == "process-tree" or getattr(enclosure, "wants_subreaper", False)
+        if spec.subreaper and adopts:
             set_subreaper(True)
         tmpdir = private_tmpdir(spec, enclosure)
         env = {**spec.env, HOST_TAG_VARIABLE: str(this_host())}

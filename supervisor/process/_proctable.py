@@ -155,7 +155,7 @@ def _has_children_files() -> bool:
 CHILDREN_FILES = _has_children_files()
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
     """The children of ``pid`` (of every thread), or [] if it is gone."""
     found: list[int] = []
     try:
@@ -173,7 +173,7 @@ def _children(pid: int) -> list[int]:
 
 def own_children() -> list[int]:
     """This process's children, of every thread (one listing and a file per thread)."""
-    return _children(os.getpid())
+    return children_of(os.getpid())
 
 
 def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
@@ -191,7 +191,7 @@ def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
     me = os.getpid()
     for _ in range(_MAX_LISTINGS):
         before = len(visited)
-        stack = _children(me)
+        stack = children_of(me)
         walked: set[int] = set()
         while stack:
             pid = stack.pop()
@@ -204,7 +204,7 @@ def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
                 if entry is None:
                     continue
                 _add(table, entry, tags, seen)
-            stack += _children(pid)
+            stack += children_of(pid)
         if len(visited) == before:
             break
     for key in [k for k in tags if k not in seen]:

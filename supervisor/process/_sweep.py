@@ -27,7 +27,8 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.process._cgroup import own_cgroup_directory, parse_host_group, unified_mount
+from supervisor.process._cgroup import parse_host_group
+from supervisor.process._cgroup_mounts import own_cgroup_directory, unified_mount
 from supervisor.process._env import HOST_TAG_VARIABLE
 from supervisor.process._host import HostIdentity, host_is_alive
 from supervisor.process._keeper_main import (

@@ -70,6 +70,7 @@ ASYNCIO_CHILDREN: set[int] = set()
 
 class _Subreaper:
     enabled = False
+    turned_off = 0  # how many times it was turned off: an epoch of "on all along"
 
 
 def set_subreaper(on: bool) -> bool:
@@ -90,11 +91,18 @@ def set_subreaper(on: bool) -> bool:
         log.warning("child subreaper could not be set to %s: %r", on, exc)
         return _Subreaper.enabled
     _Subreaper.enabled = on
+    _Subreaper.turned_off += not on
     return on
 
 
 def subreaper_enabled() -> bool:
     return _Subreaper.enabled
+
+
+def subreaper_epoch() -> int | None:
+    """None while the subreaper is off; else a number that stays the same for as long as it
+    stays on (so "on then, and on all along since" is the same number now)."""
+    return _Subreaper.turned_off if _Subreaper.enabled else None
 
 
 class _Orphans:

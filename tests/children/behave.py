@@ -276,7 +276,7 @@ def main() -> None:
         ready(spawn_nondumpable_daemon())
         wait_eof()
     elif behaviour == "nested-cgroup":
-        from supervisor.process._cgroup import own_cgroup_directory  # as a nested supervisor finds it
+        from supervisor.process._cgroup_mounts import own_cgroup_directory  # as a nested supervisor finds it
 
         own = own_cgroup_directory()
         assert own is not None
