@@ -52,7 +52,7 @@ from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper import keeper_pid
 from supervisor.process._keeper_main import start_time as process_start_time
-from supervisor.process._limit_files import subtree
+from supervisor.process._limit_files import remove_group, subtree
 from supervisor.process._limit_support import Hierarchy, LimitSupport, limit_support
 from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._limits import RunCgroups
@@ -170,7 +170,7 @@ class CgroupContainment:
         leaf = self.host_group / run_leaf_name(run_tag)
         leaf.mkdir()
         try:
-            cgroups = RunCgroups.create(leaf, self.support, limits)
+            cgroups = RunCgroups.create(leaf, self.support, limits, arm_later=is_root())
         except BaseException:
             _remove_quietly(leaf)
             raise
@@ -189,6 +189,11 @@ class CgroupContainment:
                 cgroups.mirror(AGENT_GROUP)
             except OSError as exc:
                 log.warning("run %s: its own group shows no limits: %r", run_tag, exc)
+            try:  # the v1 out-of-memory watch, once, on the group below (if the mirror has not)
+                cgroups.arm()
+            except BaseException:
+                enclosure.release()
+                raise
         return enclosure
 
 
@@ -398,9 +403,10 @@ class CgroupEnclosure:
         and no process that left the leaf is alive (their pidfds)."""
         self._note_namespace()
         while True:
-            async with watch_file(self.leaf / "cgroup.events") as changed:
-                while self.populated():
-                    await changed()
+            if self.populated():  # else no watch to set: the leaf's tree is already gone
+                async with watch_file(self.leaf / "cgroup.events") as changed:
+                    while self.populated():  # looked at again once the watch is set: no change missed
+                        await changed()
             escaped = await self._escapees()
             if not escaped:
                 return
@@ -425,7 +431,10 @@ class CgroupEnclosure:
             if pinned is None:
                 continue
             found, fd = pinned
-            if found != ours and self._holds(pid):  # still in the leaf once its namespace is held
+            # The namespace held is the run's: the child's, still not reaped once it is held (so
+            # its number named no other process meanwhile), or a member's still in the leaf.
+            child = pid == self._root and self._pin is not None and self._pin.held()
+            if found != ours and (child or self._holds(pid)):
                 self._namespace, self._namespace_fd = found, fd
                 return
             os.close(fd)
@@ -521,8 +530,9 @@ class CgroupEnclosure:
         if self._usage is None:  # the counters go with the leaves
             self._usage = self.cgroups.usage()
         try:
-            for directory in self._subtree():  # groups a nested supervisor left, then the leaf
-                directory.rmdir()
+            if not remove_group(self.leaf, self.below):
+                for directory in self._subtree():  # groups a nested supervisor left, then the leaf
+                    directory.rmdir()
             self._released = True
         except OSError as exc:
             log.debug("could not remove %s: %r", self.leaf, exc)

@@ -105,6 +105,22 @@ def subtree(group: Path, below: str = "") -> list[Path]:
     return [*found, group]
 
 
+def remove_group(group: Path, below: str = "") -> bool:
+    """Remove ``group`` and the group ``below`` it (if any): True once it is gone.  False when
+    it will not go that way (more groups below it, or members): walk :func:`subtree` then.
+    Two ``rmdir`` calls where a walk would first ``stat`` each group."""
+    try:
+        if below:
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(group / below)
+        os.rmdir(group)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def subtree_sum(group: Path, name: str, key: str, below: str = "") -> int:
     """``key`` of ``name`` summed over ``group`` and the groups below it.
 

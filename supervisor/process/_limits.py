@@ -26,6 +26,7 @@ from supervisor.process._limit_files import (
     memory_files,
     pids_file,
     read_number,
+    remove_group,
     stat_value,
     subtree,
     subtree_sum,
@@ -75,6 +76,8 @@ class RunCgroups:
         """controller -> the leaf carrying it (the v2 leaf for controllers placed in v2)."""
         self.v1_leaves: list[Path] = []
         self._oom: OomWatch | None = None
+        self._oom_wanted = False  # a v1 memory leaf: the out-of-memory watch is the supervisor's
+        self._arm_later = False
         self._oom_kills_seen = 0
         self.below = ""
         """The group below each leaf (a root child's, :meth:`mirror`), or ``""``."""
@@ -87,6 +90,7 @@ class RunCgroups:
         limits: Limits,
         *,
         host_groups: HostGroups = HOST_GROUPS,
+        arm_later: bool = False,
     ) -> RunCgroups:
         """Make the run's v1 leaves, set its limits, and arm the v1 out-of-memory watch.
 
@@ -95,6 +99,7 @@ class RunCgroups:
         only for accounting that cannot be had is just left out.
         """
         run = cls(v2_leaf, support, limits, host_groups)
+        run._arm_later = arm_later  # :meth:`arm` after :meth:`mirror`: armed once, where it listens
         try:
             run._make()
         except BaseException:
@@ -147,7 +152,9 @@ class RunCgroups:
             else:
                 if limits.memory_max is not None:
                     memory_files(leaf, 1, limits.memory_max)
-                self._oom = arm_oom_watch(leaf)
+                self._oom_wanted = True
+                if not self._arm_later:
+                    self._oom = arm_oom_watch(leaf)
         if limits.pids_max is not None:
             pids_file(self.leaves[PIDS], limits.pids_max)
         if limits.cpu_max is not None:
@@ -174,14 +181,22 @@ class RunCgroups:
                 memory_files(group, self._version(MEMORY), limits.memory_max)
             if self._version(MEMORY) == 2:
                 write_file(group / "memory.oom.group", "1")
-            elif self._oom is not None:
+            elif self._oom_wanted:
                 watch = arm_oom_watch(group)
-                self._oom.close()
+                if self._oom is not None:
+                    self._oom.close()
                 self._oom = watch
         if limits.pids_max is not None:
             pids_file(self.leaves[PIDS] / below, limits.pids_max)
         if limits.cpu_max is not None:
             cpu_files(self.leaves[CPU] / below, self._version(CPU), limits.cpu_max)
+
+    def arm(self) -> None:
+        """Arm the v1 out-of-memory watch if it is wanted and not armed yet (``arm_later``):
+        on the group below the leaf once there is one, else on the leaf."""
+        if self._oom is None and self._oom_wanted:
+            leaf = self.leaves[MEMORY]
+            self._oom = arm_oom_watch(leaf / self.below if self.below else leaf)
 
     # -- counters ---------------------------------------------------------------------------
 
@@ -301,19 +316,17 @@ class RunCgroups:
         """Close the watch and remove the v1 leaves (deepest first).  A leaf that will not
         go stays for a sweep to find."""
         self.close()
+        left = []
         for leaf in self.v1_leaves:
-            try:
-                os.rmdir(leaf)
+            if remove_group(leaf, self.below):
                 continue
-            except FileNotFoundError:
-                continue
-            except OSError:  # groups below it (the root child's, a nested supervisor's): deepest first
-                pass
-            for directory in subtree(leaf, self.below):
+            for directory in subtree(leaf, self.below):  # a nested supervisor's too: deepest first
                 try:
                     os.rmdir(directory)
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
                     log.debug("could not remove %s: %r", directory, exc)
-        self.v1_leaves = [leaf for leaf in self.v1_leaves if leaf.exists()]
+            if leaf.exists():
+                left.append(leaf)
+        self.v1_leaves = left

@@ -1,0 +1,112 @@
+"""What a cgroup-mode run does to the kernel, kept to what it needs: the v1 out-of-memory watch
+armed once (on the group a root child sees as its own), no watch on ``cgroup.events`` when the
+leaf is already empty, and a run's groups removed without a walk when nothing else is below them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anyio.abc import TaskGroup
+
+from supervisor.process import ContainmentMode, ManagedProcess, containment_for
+from supervisor.process._cgroup import AGENT_GROUP, CgroupContainment
+from supervisor.process._inotify import watch_file
+from supervisor.process._limit_files import remove_group
+from supervisor.process._limit_values import MEMORY
+from supervisor.process._oom_watch import arm_oom_watch
+from tests.conftest import CGROUP_AVAILABLE
+from tests.test_process import ready_pids, spec_for, tear_down
+
+pytestmark = pytest.mark.skipif(not CGROUP_AVAILABLE, reason="no writable cgroup v2 hierarchy here")
+
+
+@pytest.fixture
+def containment() -> CgroupContainment:
+    found = containment_for(ContainmentMode.CGROUP)
+    assert isinstance(found, CgroupContainment)
+    return found
+
+
+def test_the_v1_out_of_memory_watch_is_armed_once_where_it_listens(
+    containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hierarchy = containment.support.where.get(MEMORY)
+    if hierarchy is None or hierarchy.version != 1:
+        pytest.skip("the memory controller is not on a cgroup v1 hierarchy here")
+    armed: list[Path] = []
+
+    def arming(group: Path) -> Any:
+        armed.append(group)
+        return arm_oom_watch(group)
+
+    monkeypatch.setattr("supervisor.process._limits.arm_oom_watch", arming)
+    enclosure = containment.enclose(f"cost-{os.getpid()}")
+    try:
+        leaf = enclosure.cgroups.leaves[MEMORY]
+        assert armed == [leaf / AGENT_GROUP if os.geteuid() == 0 else leaf]
+        assert enclosure.cgroups.watching
+    finally:
+        enclosure.release()
+    assert not enclosure.leaf.exists()
+    assert not leaf.exists()
+
+
+@pytest.mark.anyio
+async def test_an_empty_leaf_is_not_watched_before_it_is_called_gone(
+    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The teardown waits for the child's exit (its pidfd), then for the leaf: the kernel counts
+    an exiting task out of its cgroup before it wakes the task's pidfd, so the leaf whose only
+    member was the child is empty by then and needs no watch."""
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
+    await ready_pids(proc)
+    watched: list[Path] = []
+
+    def watching(path: Path) -> Any:
+        watched.append(path)
+        return watch_file(path)
+
+    monkeypatch.setattr("supervisor.process._cgroup.watch_file", watching)
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+    assert watched == []
+
+
+@pytest.mark.anyio
+async def test_a_leaf_still_populated_is_watched_until_it_empties(
+    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = await ManagedProcess.spawn(spec_for("daemon", cwd=tmp_path, containment=containment), task_group)
+    await ready_pids(proc)
+    watched: list[Path] = []
+
+    def watching(path: Path) -> Any:
+        watched.append(path)
+        return watch_file(path)
+
+    monkeypatch.setattr("supervisor.process._cgroup.watch_file", watching)
+    report, _ = await tear_down(proc, eof=0.2, term=5.0)  # the daemon ignores EOF: it needs SIGTERM
+    assert report.quiescent
+    assert watched
+    assert all(path.name == "cgroup.events" for path in watched)
+
+
+def test_a_group_is_removed_with_the_one_below_it_and_refused_with_more(containment: CgroupContainment) -> None:
+    group = containment.host_group / f"run-cost-{os.getpid()}"
+    (group / AGENT_GROUP).mkdir(parents=True)
+    assert remove_group(group, AGENT_GROUP)
+    assert not group.exists()
+    assert remove_group(group, AGENT_GROUP)  # already gone: gone
+    (group / AGENT_GROUP / "nested").mkdir(parents=True)
+    (group / "beside").mkdir()
+    try:
+        assert not remove_group(group, AGENT_GROUP)  # a walk's work: nothing is lost meanwhile
+        assert (group / AGENT_GROUP / "nested").is_dir()
+        assert (group / "beside").is_dir()
+    finally:
+        for path in (group / AGENT_GROUP / "nested", group / AGENT_GROUP, group / "beside", group):
+            path.rmdir()
