@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from supervisor.providers.acp._transport import RawResults
 
 
@@ -31,3 +33,31 @@ def test_requests_errors_and_odd_ids_from_the_child_are_not_results() -> None:
     assert raw.raw_stop_reason() is None
     raw.received({"jsonrpc": "2.0", "id": 0, "result": {"stopReason": "end_turn"}})  # answered already
     assert raw.raw_stop_reason() is None
+
+
+@pytest.mark.anyio
+async def test_blank_lines_are_skipped_and_anything_else_not_json_rpc_ends_the_stream() -> None:
+    """ASCII whitespace alone is a blank line (skipped); a line of other white space (a
+    no-break space) is a frame that is not JSON-RPC: a protocol fault, as it always was."""
+    import asyncio
+
+    from supervisor.providers.acp._transport import StdioTransport, WireFault, is_json_rpc
+
+    class Writer:
+        def is_closing(self) -> bool:
+            return False
+
+    async def first(data: bytes) -> tuple[object, WireFault | None]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        transport = StdioTransport(reader, Writer(), max_frame_bytes=1 << 16, max_inflight=4)  # type: ignore[arg-type]
+        return await transport.receive(), transport.fault
+
+    answer = b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
+    assert await first(b"\n \t\r\x0b\x0c\n" + answer) == ({"jsonrpc": "2.0", "id": 1, "result": {}}, None)
+    assert await first("\u00a0\n".encode() + answer) == (None, WireFault.NOT_JSON_RPC)
+    assert is_json_rpc({"jsonrpc": "2.0", "method": "m", "params": None})
+    assert is_json_rpc({"jsonrpc": "2.0", "method": "m", "params": []})
+    assert not is_json_rpc({"jsonrpc": "2.0", "method": "m", "params": "text"})
+    assert not is_json_rpc({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {}})

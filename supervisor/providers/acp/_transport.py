@@ -51,12 +51,17 @@ class WireFault(enum.Enum):
     FRAME_TOO_DEEP = "a stdout line nested too deep"
 
 
+# Tuples, not ``X | Y``: a union written in a check is built anew at every call (every frame).
+_PARAMS = (dict, list, type(None))
+_ID = (int, str)
+
+
 def is_json_rpc(message: object) -> bool:
     """Whether ``message`` is a JSON-RPC 2.0 request, notification or response."""
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return False
     if "method" in message:
-        return isinstance(message["method"], str) and isinstance(message.get("params"), dict | list | None)
+        return isinstance(message["method"], str) and isinstance(message.get("params"), _PARAMS)
     return "id" in message and ("result" in message) != ("error" in message)
 
 
@@ -77,12 +82,12 @@ class RawResults:
 
     def sent(self, message: dict[str, Any]) -> None:
         method, rid = message.get("method"), message.get("id")
-        if method in self.WATCHED and isinstance(rid, int | str):
+        if method in self.WATCHED and isinstance(rid, _ID):
             self._methods[rid] = method
 
     def received(self, message: dict[str, Any]) -> None:
         rid = message.get("id")
-        if "method" in message or not isinstance(rid, int | str):
+        if "method" in message or not isinstance(rid, _ID):
             return
         method = self._methods.pop(rid, None)
         if method is not None and "result" in message:
@@ -145,7 +150,7 @@ class StdioTransport:
             if line is None or self._lines.exhausted:  # a line cut short by EOF: the child died
                 self._end(None)
                 break
-            if not line.strip():
+            if not line or line.isspace():  # a blank line (no copy of the line, as ``strip`` makes)
                 continue
             try:
                 message = parse_frame(line)
