@@ -15,13 +15,13 @@ from anyio.abc import TaskGroup
 from supervisor.process import ContainmentMode, ManagedProcess, containment_for
 from supervisor.process._cgroup import AGENT_GROUP, CgroupContainment
 from supervisor.process._inotify import watch_file
-from supervisor.process._limit_files import remove_group
+from supervisor.process._limit_files import read_file, read_text, remove_group
 from supervisor.process._limit_values import MEMORY
 from supervisor.process._oom_watch import arm_oom_watch
 from tests.conftest import CGROUP_AVAILABLE
 from tests.test_process import ready_pids, spec_for, tear_down
 
-pytestmark = pytest.mark.skipif(not CGROUP_AVAILABLE, reason="no writable cgroup v2 hierarchy here")
+needs_cgroups = pytest.mark.skipif(not CGROUP_AVAILABLE, reason="no writable cgroup v2 hierarchy here")
 
 
 @pytest.fixture
@@ -31,6 +31,7 @@ def containment() -> CgroupContainment:
     return found
 
 
+@needs_cgroups
 def test_the_v1_out_of_memory_watch_is_armed_once_where_it_listens(
     containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,6 +56,7 @@ def test_the_v1_out_of_memory_watch_is_armed_once_where_it_listens(
     assert not leaf.exists()
 
 
+@needs_cgroups
 @pytest.mark.anyio
 async def test_an_empty_leaf_is_not_watched_before_it_is_called_gone(
     tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
@@ -76,6 +78,7 @@ async def test_an_empty_leaf_is_not_watched_before_it_is_called_gone(
     assert watched == []
 
 
+@needs_cgroups
 @pytest.mark.anyio
 async def test_a_leaf_still_populated_is_watched_until_it_empties(
     tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
@@ -95,6 +98,7 @@ async def test_a_leaf_still_populated_is_watched_until_it_empties(
     assert all(path.name == "cgroup.events" for path in watched)
 
 
+@needs_cgroups
 def test_a_group_is_removed_with_the_one_below_it_and_refused_with_more(containment: CgroupContainment) -> None:
     group = containment.host_group / f"run-cost-{os.getpid()}"
     (group / AGENT_GROUP).mkdir(parents=True)
@@ -110,3 +114,13 @@ def test_a_group_is_removed_with_the_one_below_it_and_refused_with_more(containm
     finally:
         for path in (group / AGENT_GROUP / "nested", group / AGENT_GROUP, group / "beside", group):
             path.rmdir()
+
+
+def test_a_file_is_read_whole_and_its_odd_bytes_replaced(tmp_path: Path) -> None:
+    """cgroup and ``/proc`` files are read unbuffered into bytes: past one read's 64 KiB too
+    (a machine's mount table can be longer), and a byte that is no UTF-8 never raises."""
+    path = tmp_path / "long"
+    path.write_bytes(b"x" * 200_000 + b"\xff\n")
+    assert read_text(path) == "x" * 200_000 + "\ufffd\n"
+    assert read_file(tmp_path / "missing") is None
+    assert read_text(Path("/proc/self/mountinfo")) == Path("/proc/self/mountinfo").read_text()

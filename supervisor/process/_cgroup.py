@@ -52,7 +52,7 @@ from supervisor.process._host_groups import HOST_GROUPS
 from supervisor.process._inotify import watch_file
 from supervisor.process._keeper import keeper_pid
 from supervisor.process._keeper_main import start_time as process_start_time
-from supervisor.process._limit_files import remove_group, subtree
+from supervisor.process._limit_files import read_text, remove_group, subtree
 from supervisor.process._limit_support import Hierarchy, LimitSupport, limit_support
 from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, Usage
 from supervisor.process._limits import RunCgroups
@@ -327,7 +327,7 @@ class CgroupEnclosure:
         found: list[int] = []
         for directory in self._subtree():
             try:
-                text = (directory / "cgroup.procs").read_text()
+                text = read_text(directory / "cgroup.procs")
             except OSError:
                 continue
             found.extend(int(word) for word in text.split())
@@ -339,7 +339,7 @@ class CgroupEnclosure:
 
     def populated(self) -> bool:
         try:
-            text = (self.leaf / "cgroup.events").read_text()
+            text = read_text(self.leaf / "cgroup.events")
         except FileNotFoundError:
             return False
         for line in text.splitlines():
