@@ -391,3 +391,23 @@ def test_a_program_is_refused_before_the_spawn_with_the_error_execve_would_give(
         assert _exec_error(str(unreadable)) is None
     else:
         assert _exec_error(str(plain)) == (None if os.access(plain, os.X_OK) else errno.EACCES)
+
+
+def test_a_proc_file_is_read_whole_with_the_system_calls_alone(tmp_path: Path) -> None:
+    """What ``open(path, "rb").read()`` gives, across chunks too; ``OSError`` as ``open``
+    raises it; no descriptor left behind either way."""
+    from supervisor.process._keeper_main import read_bytes, start_time
+
+    big = tmp_path / "big"
+    big.write_bytes(bytes(range(256)) * 1000)  # 256,000 bytes: several reads
+    fds = len(os.listdir("/proc/self/fd"))
+    for path in (str(big), "/proc/self/environ", f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        with open(path, "rb") as f:
+            assert read_bytes(path) == f.read()
+    with pytest.raises(FileNotFoundError):
+        read_bytes(str(tmp_path / "missing"))
+    with pytest.raises(IsADirectoryError):
+        read_bytes(str(tmp_path))
+    assert len(os.listdir("/proc/self/fd")) == fds
+    with open(f"/proc/{os.getpid()}/stat", "rb") as f:
+        assert start_time(os.getpid()) == int(f.read().rsplit(b")", 1)[1].split()[19])

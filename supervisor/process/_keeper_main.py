@@ -44,6 +44,22 @@ CGROUP_EMPTY_SECONDS = 2.0
 # -- processes -----------------------------------------------------------------------------
 
 
+def read_bytes(path: str) -> bytes:
+    """The whole content of a (``/proc``) file, read with the system calls alone.
+
+    Python's ``open`` builds a file and a buffer object and asks the file's status and
+    position first: about three times the cost of the read itself for a small ``/proc``
+    file, and a run reads several.  Raises ``OSError`` as ``open`` would."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def start_time(pid: int) -> int | None:
     """Field 22 of ``/proc/<pid>/stat`` (clock ticks since boot), or None if there is no such pid.
 
@@ -51,8 +67,7 @@ def start_time(pid: int) -> int | None:
     later start time.
     """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            data = file.read()
+        data = read_bytes(f"/proc/{pid}/stat")
     except OSError:
         return None
     return start_ticks(data)
@@ -71,8 +86,7 @@ def start_ticks(stat: bytes) -> int | None:
 def environ_value(pid: int, variable: bytes) -> bytes | None:
     """The value of ``variable`` in a live process's environment, None when absent or unreadable."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            data = file.read()
+        data = read_bytes(f"/proc/{pid}/environ")
     except OSError:
         return None
     prefix = variable + b"="

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from supervisor.process._env import RUN_TAG_VARIABLE
 from supervisor.process._fresh import FreshReads
+from supervisor.process._keeper_main import read_bytes
 
 _TAG_PREFIX = RUN_TAG_VARIABLE.encode() + b"="
 # Listings of /proc per read at most (a machine forking without pause never settles).
@@ -61,8 +62,7 @@ class Table:
 
 def _stat(pid: int) -> Entry | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+        raw = read_bytes(f"/proc/{pid}/stat")
     except OSError:
         return None
     try:
@@ -82,8 +82,7 @@ def _stat(pid: int) -> Entry | None:
 
 def _tag(pid: int) -> str | None:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
+        raw = read_bytes(f"/proc/{pid}/environ")
     except OSError:
         return None
     for item in raw.split(b"\0"):
@@ -164,8 +163,7 @@ def children_of(pid: int) -> list[int]:
         return found
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                found += [int(word) for word in f.read().split()]
+            found += [int(word) for word in read_bytes(f"/proc/{pid}/task/{tid}/children").split()]
         except (OSError, ValueError):
             continue
     return found

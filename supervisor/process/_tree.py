@@ -52,6 +52,7 @@ from supervisor._public import home
 from supervisor.process import _proctable
 from supervisor.process._childpin import ChildPin
 from supervisor.process._keeper import keeper_pid
+from supervisor.process._keeper_main import read_bytes
 from supervisor.process._limit_support import LIMIT_KEYS
 from supervisor.process._limit_values import NO_LIMITS, KernelHit, Limits, LimitUnavailable, Usage
 from supervisor.process._pinned import signal_if
@@ -404,8 +405,7 @@ async def in_slices(pids: Sequence[int], act: Callable[[int], object]) -> None:
 
 def _start_time(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+        raw = read_bytes(f"/proc/{pid}/stat")
         return int(raw[raw.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
@@ -417,8 +417,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 def _cpu_ticks(pid: int, *, children: bool) -> int:
     """utime + stime (+ the reaped children's, with ``children``) of ``pid``, in clock ticks."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
+        raw = read_bytes(f"/proc/{pid}/stat")
         fields = raw[raw.rindex(b")") + 2 :].split()
         used = int(fields[11]) + int(fields[12])
         return used + int(fields[13]) + int(fields[14]) if children else used
