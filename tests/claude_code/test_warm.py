@@ -3,17 +3,22 @@
 Besides its start and the SDK's ``initialize``, a warm CLI is asked for its context usage
 before any task exists: answering it, the CLI builds its system prompt, its tool schemas
 and its API client (token counts go to the mock's ``count_tokens``), which it would
-otherwise build at the run's first prompt.  Nothing of that reaches the session: the
-run's first model request carries the task as the session's only user message.
+otherwise build at the run's first prompt.  Then it is sent a placeholder prompt that a
+``UserPromptSubmit`` hook of its own blocks: the CLI takes in a first user message and
+drops it, with no model request.  Nothing of either reaches the session: the run's first
+model request is a cold run's, the task the session's only user message.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from supervisor import Registry, SessionPlan, StopReason, SubagentRequest
+from supervisor.providers.claude_code import _run
+from supervisor.providers.claude_code._warm_prompt import PromptGate
 from tests.claude_code.conftest import ClaudeHome, claude_provider
 from tests.conftest import tagged
 from tests.mockmodel import MockModelServer, Text
@@ -93,3 +98,89 @@ async def test_a_journaled_warm_cli_keeps_a_session_that_resumes_with_only_its_t
     assert len(said) == 2
     assert said[0].endswith("Remember the word cobalt.")
     assert said[1].endswith("Which word did I ask you to remember?")
+
+
+class RecordingGate(PromptGate):
+    """The real gate, keeping every prompt it was asked about and what it answered."""
+
+    seen: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    async def check(self, hook_input: Any, tool_use_id: str | None, context: Any) -> Any:
+        answer = await super().check(hook_input, tool_use_id, context)
+        RecordingGate.seen.append((hook_input["prompt"], dict(answer)))
+        return answer
+
+
+def sent(body: dict[str, Any] | None) -> dict[str, Any]:
+    """A model request's body without its per-session metadata (a device and session id)."""
+    assert body is not None
+    return {key: value for key, value in body.items() if key != "metadata"}
+
+
+async def test_a_warm_clis_placeholder_prompt_is_dropped_and_its_run_asks_what_a_cold_one_asks(
+    claude_home: ClaudeHome, mock_model: MockModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The placeholder reaches the CLI and its hook, which blocks it: no model request,
+    no result taken as the run's, no cost or turn counted; the warm run's model request
+    and result are the cold run's, and its later turns pass the hook untouched."""
+    monkeypatch.setattr(RecordingGate, "seen", [])
+    monkeypatch.setattr(_run, "PromptGate", RecordingGate)
+    mock_model.script(Text("cold answer"), Text("warm answer"), Text("second answer"))
+    registry = Registry()
+    registry.register(claude_provider(claude_home, mock_model))
+    request = SubagentRequest(task="the task", parent_cwd=claude_home.work)
+    async with registry:
+        async with registry.run("claude-code", request) as cold:
+            cold_result = await cold.result()
+        assert RecordingGate.seen == []  # a cold run's CLI has no hook
+        await registry.prestart("claude-code", 1, cwd=claude_home.work)
+        ((placeholder, blocked),) = RecordingGate.seen
+        assert placeholder.startswith("(warm child setup ")
+        assert blocked["decision"] == "block"
+        assert len(mock_model.model_requests) == 1  # the cold run's only: the placeholder asked nothing
+        async with registry.run("claude-code", request, conversation=True) as warm:
+            warm_result = await warm.result()
+            second = await warm.send("turn two")
+        assert any(entry.machine == "warm" for entry in warm.audit.entries)
+    assert (cold_result.output, warm_result.output, second.output) == (
+        "cold answer",
+        "warm answer",
+        "second answer",
+    )
+    assert warm_result.usage == cold_result.usage  # nothing of the placeholder counted
+    assert [prompt for prompt, _ in RecordingGate.seen[1:3]] == ["the task", "turn two"]
+    assert [answer for _, answer in RecordingGate.seen[1:3]] == [{}, {}]  # passed on untouched
+    cold_request, warm_request, _ = mock_model.model_requests
+    assert sent(warm_request.body) == sent(cold_request.body)
+    assert tagged(cold.id) == []
+    assert tagged(warm.id) == []
+
+
+async def test_a_placeholder_whose_result_the_warm_up_did_not_read_is_never_the_runs_answer(
+    claude_home: ClaudeHome, mock_model: MockModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm-up cut short after the placeholder was sent (its setup overran): the run
+    reads the placeholder's result first, then its own task's; a child ended with its
+    placeholder in flight (the refill, when the registry closes) has it dropped first:
+    the model sees the task alone."""
+
+    async def sent_only(self: _run.ClaudeCodeRun) -> None:
+        assert self._client is not None
+        assert self._gate is not None
+        self._placeholder_open = True
+        await self._client.query(self._gate.text)
+
+    monkeypatch.setattr(_run.ClaudeCodeRun, "_placeholder", sent_only)
+    mock_model.script(Text("warm answer"))
+    registry = Registry()
+    registry.register(claude_provider(claude_home, mock_model))
+    async with registry:
+        await registry.prestart("claude-code", 1, cwd=claude_home.work)
+        request = SubagentRequest(task="the task", parent_cwd=claude_home.work)
+        async with registry.run("claude-code", request) as run:
+            result = await run.result()
+    assert (result.output, result.stop_reason) == ("warm answer", StopReason.COMPLETED)
+    (turn,) = mock_model.model_requests
+    assert len(turn.user_texts()) == 1
+    assert turn.user_texts()[0].endswith("the task")
+    assert tagged(run.id) == []

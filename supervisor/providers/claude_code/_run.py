@@ -59,6 +59,7 @@ from supervisor.providers.claude_code._config import Config
 from supervisor.providers.claude_code._progress import TOOL_KINDS, TurnTools
 from supervisor.providers.claude_code._results import classify, read_result
 from supervisor.providers.claude_code._transport import SupervisedTransport
+from supervisor.providers.claude_code._warm_prompt import PromptGate, taken_without_a_turn
 from supervisor.wire import CappedText, cap_text
 
 log = logging.getLogger("supervisor")
@@ -107,6 +108,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self._cost_total = 0.0  # the session's running cost before this turn
         self._tools = TurnTools()  # this turn's progress, read from the stream
         self._denials: set[int] = set()  # hashes of the tool uses denied in this turn
+        self._gate: PromptGate | None = None  # a warm child's hook for its placeholder prompt
+        self._placeholder_open = False  # the placeholder was sent and its result not read yet
 
     # -- start ----------------------------------------------------------------------------
 
@@ -119,6 +122,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
         argv = cli_argv(self._cli, config, keep=plan is not None and plan.keep, resume=resume)
         if resume is not None:
             log.info("run %s: continuing the agent's session with --resume", self.id)
+        elif self.warm:  # a cold start's CLI gets no hook: its first prompt is its task
+            self._gate = PromptGate()
         spec = self.spawn_spec(argv, cwd, env=env)
         self._transport = SupervisedTransport(
             spec=spec,
@@ -148,19 +153,48 @@ class ClaudeCodeRun(ProviderRun[Config]):
         self.fact(ClaudeCodeEvent.INITIALIZED)
 
     async def warm_up(self) -> None:
-        """A warm child's setup (``supervisor.run._warm``): ask the CLI for its context usage.
+        """A warm child's setup (``supervisor.run._warm``): what the CLI does once per
+        session, done before the task exists, leaving the session as a cold start has it.
 
-        To answer, the CLI builds what it otherwise builds at a session's first user
-        message: its system prompt and tool schemas, and its API client (the auth check,
-        the TLS agent) to count their tokens.  A run taking this child then pays none of
-        that at its first prompt.  The request is a read: it carries no text of any task
-        and adds no message to the session.  It costs the model's ``count_tokens``
-        endpoint a score of small requests (no model turn, nothing billed as one).
+        First its context usage: to answer, the CLI builds its system prompt and tool
+        schemas, and its API client (the auth check, the TLS agent) to count their
+        tokens (the model's ``count_tokens`` endpoint, a score of small requests: no model
+        turn, nothing billed as one).  Then a placeholder prompt that the child's own
+        ``UserPromptSubmit`` hook blocks (``_warm_prompt``): the CLI takes in a first user
+        message (its queue, its first attachments, its prompt hooks) and drops it, with
+        no model request and nothing kept in the conversation.  A run taking this child
+        pays neither at its first prompt.  Neither carries any text of a task.
         """
         assert self._client is not None
         client = self._client
         with sdk_logging_routed():
             await self._unless_exited(client.get_context_usage, drain=0, or_output_end=True)
+            if self._gate is not None:
+                await self._unless_exited(self._placeholder, drain=0, or_output_end=True)
+
+    async def _placeholder(self) -> None:
+        assert self._client is not None
+        assert self._gate is not None
+        self._placeholder_open = True
+        await self._client.query(self._gate.text)
+        await self._placeholder_result()
+
+    async def _placeholder_result(self) -> None:
+        """Read the placeholder prompt's messages up to its result (it comes before any
+        message of the task's turn).  A placeholder the CLI did not drop (a turn taken, an
+        error) would leave the session unlike a cold start's: the CLI is then ended (a warm
+        child whose output ended is never handed out) and this raises."""
+        assert self._client is not None
+        assert self._transport is not None
+        async for message in self._client.receive_response():
+            if isinstance(message, ResultMessage):
+                self._placeholder_open = False
+                if taken_without_a_turn(message):
+                    return
+                break
+        log.warning("run %s: the Claude Code CLI did not drop a warm child's placeholder prompt", self.id)
+        await self._transport.end_input()
+        raise RuntimeError("the Claude Code CLI did not drop a warm child's placeholder prompt")
 
     def _refused(self, resume: str | None) -> None:
         """A resume the CLI gave up on before any turn (an error result with no turn: it has
@@ -170,9 +204,10 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     def _options(self) -> ClaudeAgentOptions:
         """Only what reaches the CLI over the control protocol: the argv is built here."""
+        hooks = self._gate.hooks() if self._gate is not None else None
         if asks_permission_over_stdio(self.config.permission_mode):
-            return ClaudeAgentOptions(can_use_tool=self._can_use_tool)
-        return ClaudeAgentOptions()
+            return ClaudeAgentOptions(can_use_tool=self._can_use_tool, hooks=hooks)
+        return ClaudeAgentOptions(hooks=hooks)
 
     def _spawned(self, process: ManagedProcess) -> None:
         self.process = process
@@ -207,6 +242,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
 
     async def _converse(self) -> ResultMessage | None:
         assert self._client is not None
+        if self._placeholder_open:  # a warm-up cut short: its result is not the task's
+            await self._placeholder_result()
         await self._client.query(self.task)
         async for message in self._client.receive_response():
             if isinstance(message, ResultMessage):
@@ -439,7 +476,18 @@ class ClaudeCodeRun(ProviderRun[Config]):
             await self._client.interrupt()
 
     async def before_ladder(self) -> None:
-        """Disconnect the SDK first: its close is instant here, the ladder then owns the tree."""
+        """Disconnect the SDK first: its close is instant here, the ladder then owns the tree.
+
+        A warm child's placeholder prompt still in flight (its setup overran) is seen
+        through its hook first: a CLI whose input has ended takes a queued prompt on
+        without asking the SDK's hooks, so an end of input before the hook answered
+        would send the placeholder to the model.  If it is not through within the term
+        grace, the ladder skips its graces (no end of input before the kill)."""
+        if self._placeholder_open and self._client is not None:
+            with anyio.move_on_after(self.config.term_grace), sdk_logging_routed():
+                await self._unless_exited(self._placeholder_result, drain=0, or_output_end=True)
+            if self._placeholder_open:
+                self.force_kill()
         client, self._client = self._client, None
         if client is not None:
             await client.disconnect()

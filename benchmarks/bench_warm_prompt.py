@@ -1,0 +1,51 @@
+"""A warm Claude Code CLI with its placeholder prompt against one without, and a
+conversation's second turn, interleaved in one run
+(run: python -m benchmarks.bench_warm_prompt).
+
+Two registries of the Claude Code provider (the claude-agent-sdk's bundled CLI, the tests'
+mock model on 127.0.0.1) keep one warm child each; both children get the context-usage
+setup, and only the first one's the placeholder prompt its own hook blocks (the gate is
+switched off while the second one's children are made).  Each round times a run on each
+(from entering ``Registry.run`` to the first answer) and a second turn (``send`` to
+result).  ``BENCH_ROUNDS`` (default 12).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from contextlib import ExitStack
+
+import anyio
+
+from benchmarks._stats import summary
+from benchmarks.bench_warm import build_claude, switched_rounds
+from supervisor.providers.claude_code import _run
+
+GATE = _run.PromptGate
+
+
+def _no_gate() -> None:
+    """No placeholder prompt: the warm child's setup is its context usage alone."""
+
+
+def _gate(on: bool) -> None:
+    _run.PromptGate = GATE if on else _no_gate  # type: ignore[assignment,misc]
+
+
+async def main() -> None:
+    rounds = int(os.environ.get("BENCH_ROUNDS", "12"))
+    with ExitStack() as stack:
+        plain, name, cwd, label = build_claude(stack)
+        gated, bare, turns = await switched_rounds(plain, name, cwd, _gate, rounds)
+    print(f"{label}, {rounds} interleaved rounds")
+    print(summary("warm, placeholder prompt: run to the first answer", gated))
+    print(summary("warm, context usage only: run to the first answer", bare))
+    print(summary("conversation: second turn, send to result", turns))
+    turn = statistics.median(turns)
+    print(f"{'ratio of medians (placeholder / second turn)':<48} {statistics.median(gated) / turn:.3f}")
+    print(f"{'ratio of medians (usage only / second turn)':<48} {statistics.median(bare) / turn:.3f}")
+
+
+if __name__ == "__main__":
+    anyio.run(main, backend="asyncio")
