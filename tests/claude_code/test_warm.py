@@ -105,8 +105,8 @@ class RecordingGate(PromptGate):
 
     seen: ClassVar[list[tuple[str, dict[str, Any]]]] = []
 
-    async def check(self, hook_input: Any, tool_use_id: str | None, context: Any) -> Any:
-        answer = await super().check(hook_input, tool_use_id, context)
+    def decide(self, hook_input: Any) -> Any:
+        answer = super().decide(hook_input)
         RecordingGate.seen.append((hook_input["prompt"], dict(answer)))
         return answer
 

@@ -132,6 +132,7 @@ class ClaudeCodeRun(ProviderRun[Config]):
             on_spawned=self._spawned,
             on_decided=self._decided,
             max_inflight_requests=config.max_inflight_requests,
+            prompt_hook=self._gate.decide if self._gate is not None else None,
         )
         self._client = ClaudeSDKClient(options=self._options(), transport=self._transport)
         route_sdk_logging(CLAUDE_SDK_MODULES, "logger")

@@ -11,7 +11,8 @@ A pump task in the run's task group reads stdout as bounded NDJSON frames for as
 as the CLI writes, whether or not the SDK still listens, so the CLI never blocks on a
 full pipe.  Two kinds of control request are answered here, before the SDK sees them,
 because the SDK has no unattended answer for them: MCP elicitations are declined and
-blocking user dialogs are cancelled.
+blocking user dialogs are cancelled.  A warm child's prompt hook (``_warm_prompt``) is
+answered here too, at once, as the CLI asks it at each user message.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -38,6 +39,9 @@ _DRAIN_CHUNK = 64 * 1024
 
 Decided = Callable[[str, str], None]
 """``(request, decision)``: an unattended decision taken here, for the permission line."""
+
+PromptHook = Callable[[object], Mapping[str, object]]
+"""A ``UserPromptSubmit`` hook's answer to its input (the only such hook the CLI has)."""
 
 
 class StreamFailure(Exception):
@@ -59,8 +63,10 @@ class SupervisedTransport(Transport):
         on_spawned: Callable[[ManagedProcess], None],
         on_decided: Decided,
         max_inflight_requests: int = DEFAULT_MAX_INFLIGHT_REQUESTS,
+        prompt_hook: PromptHook | None = None,
     ) -> None:
         self._spec = spec
+        self._prompt_hook = prompt_hook
         # Control requests handed to the SDK and not answered yet: the SDK handles each in
         # a task of its own, so a CLI flooding them without reading fails the stream.
         self._inbound = InboundRequests(max_inflight_requests)
@@ -232,6 +238,12 @@ class SupervisedTransport(Transport):
             self._on_decided("user dialog", "cancelled")
             await self._reply(message.get("request_id"), {"behavior": "cancelled"})
             return True
+        if subtype == "hook_callback" and self._prompt_hook is not None:
+            assert isinstance(request, dict)
+            hook_input = request.get("input")
+            if isinstance(hook_input, dict) and hook_input.get("hook_event_name") == "UserPromptSubmit":
+                await self._reply(message.get("request_id"), dict(self._prompt_hook(hook_input)))
+                return True
         return False
 
     async def _reply(self, request_id: object, response: dict[str, Any]) -> None:

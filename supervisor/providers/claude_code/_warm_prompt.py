@@ -13,6 +13,8 @@ The gate blocks only the first prompt it sees, and only when that prompt is the
 placeholder (a per-child text with a random part): every other prompt, the run's task
 and later turns, goes on as if no hook existed.  The hook is registered as failing
 closed (``on_failure="block"``): a placeholder whose check failed is never sent on.
+The CLI asks the hook at every user message of the session; the supervised transport
+answers those asks itself, as it reads them (one hop, not the SDK's task per request).
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class PromptGate:
     async def check(
         self, hook_input: Any, tool_use_id: str | None, context: HookContext
     ) -> SyncHookJSONOutput:
+        """The SDK's hook callback (the transport answers the CLI's asks itself, with
+        :meth:`decide`: registering it is what makes the CLI ask)."""
+        return self.decide(hook_input)
+
+    def decide(self, hook_input: object) -> SyncHookJSONOutput:
         first, self._seen = not self._seen, True
         prompt = hook_input.get("prompt") if isinstance(hook_input, dict) else None
         if first and prompt == self.text:
