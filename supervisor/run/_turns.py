@@ -101,7 +101,10 @@ class Turns:
         if state.resumed_idle:  # a resumed conversation before its first send: no turn to cancel
             return
         if state.result is not None:
-            if not wind_down:  # a cancelled turn still winding down stops now
+            # A cancelled turn still winding down stops now.  A driver that has ended (every
+            # one-shot run's, at dispose) has left its scope: nothing to cancel, and anyio's
+            # ``cancel`` would still format the calling task for its reason (about 10 us).
+            if not wind_down and not state.turn_done.is_set():
                 state.drive_scope.cancel()
             return
         state.cancelled_locally = True

@@ -486,3 +486,13 @@ async def test_the_capabilities_sent_at_initialize_are_built_once_and_stay_the_s
     sent = acp.schema.InitializeRequest(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=shared)
     expected = acp.schema.InitializeRequest(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=fresh)
     assert serialize_params(sent) == serialize_params(expected)
+
+
+async def test_disposing_a_settled_run_cancels_no_scope_its_ended_driver_left(tmp_path: Path) -> None:
+    """The turn's driver ended before dispose: its scope is left alone (anyio's ``cancel``
+    would format the calling task for nothing); the run ends quiescent and completed."""
+    result, run = await run_once(child(), tmp_path)
+    assert result.stop_reason == "completed"
+    state = run._engine.state
+    assert state.turn_done.is_set()
+    assert not state.drive_scope.cancel_called
