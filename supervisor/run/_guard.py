@@ -50,10 +50,14 @@ class GuardedTaskGroup(TaskGroup):
         self._group = group
         self._on_error = on_error
         self.cancel_scope = group.cancel_scope
+        self.unfinished = 0
+        """Tasks started here whose code has not finished (counted from their creation, so a
+        task cancelled before its first step stays counted: 0 means none is left)."""
 
     def create_task(
         self, coro: Coroutine[Any, Any, T], *, name: object = None, context: Context | None = None
     ) -> TaskHandle[Any]:
+        self.unfinished += 1
         return self._group.create_task(self._guarded(coro), name=name, context=context)
 
     async def start(
@@ -71,7 +75,10 @@ class GuardedTaskGroup(TaskGroup):
                 if is_cancellation(exc) or not status.reported:
                     raise  # the starter gets it
                 self._on_error(exc)
+            finally:
+                self.unfinished -= 1
 
+        self.unfinished += 1
         return await self._group.start(guarded, name=name, return_handle=return_handle)
 
     async def _guarded(self, coro: Coroutine[Any, Any, T]) -> T | None:
@@ -82,6 +89,8 @@ class GuardedTaskGroup(TaskGroup):
                 raise
             self._on_error(exc)
             return None
+        finally:
+            self.unfinished -= 1
 
     async def __aenter__(self) -> TaskGroup:
         raise RuntimeError("a run's task group is entered by the run itself")

@@ -496,3 +496,46 @@ async def test_disposing_a_settled_run_cancels_no_scope_its_ended_driver_left(tm
     state = run._engine.state
     assert state.turn_done.is_set()
     assert not state.drive_scope.cancel_called
+
+
+async def test_a_run_whose_tasks_all_ended_closes_its_group_without_a_cancel(tmp_path: Path) -> None:
+    """A one-shot run's tasks (the exit watch, the turn's driver) have ended by its close:
+    its own group is left as it is; nothing is counted unfinished."""
+    result, run = await run_once(child(), tmp_path)
+    assert result.stop_reason == "completed"
+    group = run._engine.state.task_group
+    assert group.unfinished == 0
+    assert not group.cancel_scope.cancel_called
+
+
+async def test_the_guarded_group_counts_a_task_until_its_code_has_finished() -> None:
+    """Counted from creation to the end of its code, ``start`` and ``start_soon`` alike, a task
+    ended by a cancellation too."""
+    from anyio.abc import TaskStatus
+
+    from supervisor.run._guard import GuardedTaskGroup
+
+    errors: list[BaseException] = []
+    release = anyio.Event()
+
+    async def waits() -> None:
+        await release.wait()
+
+    async def starts(*, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        guarded = GuardedTaskGroup(tg, errors.append)
+        guarded.start_soon(waits)
+        await guarded.start(starts)
+        assert guarded.unfinished == 2
+        release.set()
+    assert guarded.unfinished == 0
+    async with anyio.create_task_group() as tg:
+        guarded = GuardedTaskGroup(tg, errors.append)
+        guarded.start_soon(waits)
+        assert guarded.unfinished == 1
+        tg.cancel_scope.cancel()
+    assert guarded.unfinished == 0
+    assert errors == []
