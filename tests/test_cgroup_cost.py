@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from anyio.abc import TaskGroup
 
-from supervisor.process import ContainmentMode, ManagedProcess, containment_for
+from supervisor.process import ContainmentMode, ManagedProcess, containment_for, set_subreaper
 from supervisor.process._cgroup import AGENT_GROUP, CgroupContainment
 from supervisor.process._inotify import watch_file
+from supervisor.process._keeper import keeper_pid
 from supervisor.process._limit_files import read_file, read_text, remove_group
 from supervisor.process._limit_values import MEMORY
 from supervisor.process._oom_watch import arm_oom_watch
@@ -124,3 +125,28 @@ def test_a_file_is_read_whole_and_its_odd_bytes_replaced(tmp_path: Path) -> None
     assert read_text(path) == "x" * 200_000 + "\ufffd\n"
     assert read_file(tmp_path / "missing") is None
     assert read_text(Path("/proc/self/mountinfo")) == Path("/proc/self/mountinfo").read_text()
+
+
+@needs_cgroups
+@pytest.mark.anyio
+async def test_the_release_never_asks_whether_the_keeper_is_a_member(
+    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the subreaper on, the release reaps its members' zombies among our children; the
+    keeper is our child too, and never a member: its cgroup file is not read."""
+    proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
+    await ready_pids(proc)
+    set_subreaper(True)
+    enclosure: Any = proc._enclosure
+    holds = enclosure._holds
+    asked: list[int] = []
+
+    def holding(pid: int) -> bool:
+        asked.append(pid)
+        return bool(holds(pid))
+
+    monkeypatch.setattr(enclosure, "_holds", holding)
+    report, _ = await tear_down(proc)
+    assert report.quiescent
+    assert keeper_pid() is not None
+    assert keeper_pid() not in asked

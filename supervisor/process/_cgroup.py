@@ -388,14 +388,14 @@ class CgroupEnclosure:
 
     def _holds(self, pid: int) -> bool:
         try:
-            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
-                for line in f:
-                    if line.startswith("0::"):
-                        # The leaf or a group below it; host group and leaf names are unique.
-                        tail = f"/{self.leaf.parent.name}/{self.leaf.name}/"
-                        return tail in line[3:].strip() + "/"
+            text = read_text(Path(f"/proc/{pid}/cgroup"))
         except OSError:
             return False
+        for line in text.splitlines():
+            if line.startswith("0::"):
+                # The leaf or a group below it; host group and leaf names are unique.
+                tail = f"/{self.leaf.parent.name}/{self.leaf.name}/"
+                return tail in line[3:].strip() + "/"
         return False
 
     async def wait_empty(self, resignal: Signals | None = None) -> None:
@@ -497,9 +497,10 @@ class CgroupEnclosure:
     def _reap_members(self) -> None:
         if not subreaper_enabled():  # without it, no member but the child is ever ours
             return
+        keeper = keeper_pid()
         for pid in main_thread_children():
-            if pid in ASYNCIO_CHILDREN or pid == self._root:
-                continue  # direct children of runs are asyncio's to reap
+            if pid in ASYNCIO_CHILDREN or pid == self._root or pid == keeper:
+                continue  # direct children of runs are asyncio's to reap; the keeper is no member
             if self._holds(pid) or (pid in self._escaped and self._still_escaped(pid)):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
