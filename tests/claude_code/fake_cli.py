@@ -6,7 +6,8 @@ JSON file named by ``FAKE_CLAUDE_SCRIPT``; what the fake saw (argv, env, the pro
 answers to its control requests) is appended to ``FAKE_CLAUDE_LOG`` as JSON lines.
 
 Script keys: ``startup_exit`` (exit with that code before reading anything),
-``startup_raw`` (a raw line written at once), ``answer_initialize`` (default true), ``ready_fifo`` (write the pid there once started),
+``startup_raw`` (a raw line written at once), ``answer_initialize`` (default true),
+``initialize_extra`` (fields added to the ``initialize`` answer), ``ready_fifo`` (write the pid there once started),
 ``on_initialize`` (steps run when the SDK's ``initialize`` request arrives, before it is
 answered), ``steps`` (run after the user message), ``final_exit`` (exit code after stdin EOF).
 ``FAKE_CLAUDE_IGNORE_TERM`` in the env makes it outlive stdin EOF and ignore SIGTERM.
@@ -156,7 +157,7 @@ def main() -> int:
             if code is not None:
                 return code
             if script.get("answer_initialize", True):
-                answer(message, {"commands": []})
+                answer(message, {"commands": [], **script.get("initialize_extra", {})})
             continue
         if message.get("type") == "user":
             log("prompt", message["message"]["content"])
@@ -169,6 +170,7 @@ def main() -> int:
         return code
     while (message := read()) is not None:
         serve(message)
+    log("eof", True)
     if os.environ.get("FAKE_CLAUDE_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         while True:

@@ -1,4 +1,5 @@
-"""The warm child's prompt gate: it blocks its own placeholder, first and only."""
+"""The warm child's prompt gate: it blocks its own placeholder, first and only; a CLI that
+took the placeholder as a turn anyway has its warm child ended (the scripted fake CLI)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 import pytest
 from claude_agent_sdk import ResultMessage
 
+from supervisor import Registry
 from supervisor.providers.claude_code._warm_prompt import BLOCK_REASON, PromptGate, taken_without_a_turn
+from tests.claude_code.conftest import FakeCli, result_message
+from tests.support.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -61,3 +65,20 @@ def test_only_a_result_of_no_turn_no_error_and_no_cost_is_a_dropped_placeholder(
     assert not taken_without_a_turn(result(1))
     assert not taken_without_a_turn(result(0, is_error=True))
     assert not taken_without_a_turn(result(0, cost=0.0002))
+
+
+async def test_a_warm_child_whose_cli_took_its_placeholder_as_a_turn_is_ended(fake_cli: FakeCli) -> None:
+    """The fake asks no hook and answers the placeholder with a turn: the warm-up reads that
+    result (it is never a run's) and ends the CLI's input, so the child dies and is never
+    handed out with that turn in its session."""
+    script = {
+        "initialize_extra": {"hook_on_failure_supported": True, "hooks_applied": True},
+        "steps": [{"emit": result_message(result="a turn", num_turns=1, total_cost_usd=0.01)}],
+    }
+    registry = Registry()
+    registry.register(fake_cli.provider(script))
+    async with registry:
+        await registry.prestart("claude-code", 1, cwd=fake_cli.work)
+        await until(lambda: fake_cli.seen("eof") != [])  # its input ended after its one prompt
+    (prompt, *_) = fake_cli.seen("prompt")
+    assert prompt.startswith("(warm child setup ")
