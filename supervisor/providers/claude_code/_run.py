@@ -183,8 +183,9 @@ class ClaudeCodeRun(ProviderRun[Config]):
     async def _placeholder_result(self) -> None:
         """Read the placeholder prompt's messages up to its result (it comes before any
         message of the task's turn).  A placeholder the CLI did not drop (a turn taken, an
-        error) would leave the session unlike a cold start's: the CLI is then ended (a warm
-        child whose output ended is never handed out) and this raises."""
+        error) would leave the session unlike a cold start's: the CLI's input is then ended and
+        its output's end awaited (a warm child whose output ended is never handed out), and
+        this raises."""
         assert self._client is not None
         assert self._transport is not None
         async for message in self._client.receive_response():
@@ -195,6 +196,8 @@ class ClaudeCodeRun(ProviderRun[Config]):
                 break
         log.warning("run %s: the Claude Code CLI did not drop a warm child's placeholder prompt", self.id)
         await self._transport.end_input()
+        with anyio.move_on_after(self.config.term_grace):  # its end seen before it could be handed out
+            await self._transport.output_ended.wait()
         raise RuntimeError("the Claude Code CLI did not drop a warm child's placeholder prompt")
 
     def _refused(self, resume: str | None) -> None:
