@@ -222,7 +222,10 @@ def test_the_library_s_engine_is_built_only_when_an_event_needs_it() -> None:
         ladder.send("stdin_closed")
     assert isinstance(ladder._engine, SyncEngine)
     assert ladder.is_terminated
-    assert story(trail) == [("stdin_closed", "running", "eof-wait", "ladder"), ("tree_exited", "eof-wait", "gone", "ladder")]
+    assert story(trail) == [
+        ("stdin_closed", "running", "eof-wait", "ladder"),
+        ("tree_exited", "eof-wait", "gone", "ladder"),
+    ]
 
     other = TeardownLadder(listeners=[AuditTrail("run-2")])
     other.send("stdin_closed")
