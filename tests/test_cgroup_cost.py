@@ -100,7 +100,9 @@ async def test_a_leaf_still_populated_is_watched_until_it_empties(
 
 
 @needs_cgroups
-def test_a_group_is_removed_with_the_one_below_it_and_refused_with_more(containment: CgroupContainment) -> None:
+def test_a_group_is_removed_with_the_one_below_it_and_refused_with_more(
+    containment: CgroupContainment,
+) -> None:
     group = containment.host_group / f"run-cost-{os.getpid()}"
     (group / AGENT_GROUP).mkdir(parents=True)
     assert remove_group(group, AGENT_GROUP)
