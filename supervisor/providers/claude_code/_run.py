@@ -486,10 +486,13 @@ class ClaudeCodeRun(ProviderRun[Config]):
         through its hook first: a CLI whose input has ended takes a queued prompt on
         without asking the SDK's hooks, so an end of input before the hook answered
         would send the placeholder to the model.  If it is not through within the term
-        grace, the ladder skips its graces (no end of input before the kill)."""
+        grace, the ladder skips its graces (the end of input comes with the kill)."""
         if self._placeholder_open and self._client is not None:
             with anyio.move_on_after(self.config.term_grace), sdk_logging_routed():
-                await self._unless_exited(self._placeholder_result, drain=0, or_output_end=True)
+                try:
+                    await self._unless_exited(self._placeholder_result, drain=0, or_output_end=True)
+                except Exception as exc:  # a placeholder not dropped: the tree goes down regardless
+                    raw_failure("run %s: the raw placeholder failure", self.id, exc=exc)
             if self._placeholder_open:
                 self.force_kill()
         client, self._client = self._client, None
