@@ -152,3 +152,15 @@ async def test_the_release_never_asks_whether_the_keeper_is_a_member(
     assert report.quiescent
     assert keeper_pid() is not None
     assert keeper_pid() not in asked
+
+
+@needs_cgroups
+def test_the_shim_enters_each_group_by_its_procs_file(containment: CgroupContainment) -> None:
+    enclosure = containment.enclose(f"steps-{os.getpid()}")
+    try:
+        steps = enclosure.shim_steps()
+        procs = [step.removeprefix("procs=") for step in steps if step.startswith("procs=")]
+        assert procs == [str(group / "cgroup.procs") for group in enclosure.entered]
+        assert all(Path(path).is_file() for path in procs)
+    finally:
+        enclosure.release()

@@ -268,9 +268,10 @@ class CgroupEnclosure:
         """The same for the confining shim (``_shim.py``): enter the groups, then a cgroup
         namespace; for a root child also a mount namespace in which every cgroup mount shows
         its own group (or nothing)."""
-        steps = [f"procs={group / 'cgroup.procs'}" for group in self.entered]
+        entered = self.entered
+        steps = [f"procs={group}/cgroup.procs" for group in entered]
         if self.below:
-            steps += ["ns=cgroup,mount", *view_steps(self.entered)]
+            steps += ["ns=cgroup,mount", *view_steps(entered)]
         elif self._namespace_prefix:
             steps.append("ns=cgroup")
         return steps
