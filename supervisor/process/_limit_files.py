@@ -17,6 +17,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from supervisor.process._keeper_main import read_bytes
 from supervisor.process._limit_values import CPU_PERIOD_US, refused
 
 
@@ -26,14 +27,7 @@ def read_text(path: Path) -> str:
     Unbuffered reads into bytes, decoded once: a text-mode ``open`` builds a buffered reader
     and a decoder for a file of a few dozen bytes (8 us against 3 us per read here, and a
     run reads about ten of them)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode(errors="replace")
+    return read_bytes(str(path)).decode(errors="replace")
 
 
 def read_file(path: Path) -> str | None:
