@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -106,12 +107,20 @@ def build_claude(stack: ExitStack) -> tuple[Registry, str, Path, str]:
 
 
 def build_claude_agent_acp(stack: ExitStack) -> tuple[Registry, str, Path, str]:
+    registry, cwd, _server = claude_agent_acp_registry(stack)
+    return registry, "acp", cwd, "real claude-agent-acp (acp)"
+
+
+def claude_agent_acp_registry(
+    stack: ExitStack, extra_env: dict[str, str] | None = None
+) -> tuple[Registry, Path, Any]:
+    """claude-agent-acp against a mock model server, its cwd, and the mock."""
     from supervisor.providers import acp
     from tests.mockmodel import MockModelServer
     from tests.support import peers
 
     server = stack.enter_context(MockModelServer())
-    launch = stack.enter_context(peers.claude_agent_acp_launch(server))
+    launch = stack.enter_context(peers.claude_agent_acp_launch(server, extra_env=extra_env))
     config = acp.Config(
         command=launch.argv[0],
         args=launch.argv[1:],
@@ -121,7 +130,7 @@ def build_claude_agent_acp(stack: ExitStack) -> tuple[Registry, str, Path, str]:
     )
     registry = Registry()
     registry.register(acp.Provider(config))
-    return registry, "acp", launch.cwd, "real claude-agent-acp (acp)"
+    return registry, launch.cwd, server
 
 
 def choose(stack: ExitStack) -> tuple[Registry, str, Path, str]:

@@ -33,8 +33,9 @@ from typing import Any
 import anyio
 import psutil
 
-from benchmarks.bench_conversation import CONTAINMENT, TASK
-from supervisor import Registry, StderrMode, SubagentRequest
+from benchmarks.bench_conversation import TASK
+from benchmarks.bench_warm import claude_agent_acp_registry
+from supervisor import Registry, SubagentRequest
 
 TRACER = """\
 import { appendFileSync } from "node:fs";
@@ -71,26 +72,6 @@ MARKS = (
     ("CLI's result", "cli>", '"type":"result"'),
     ("adapter answers the prompt", "acp>", '"stopReason"'),
 )
-
-
-def _build(stack: ExitStack, extra_env: dict[str, str]) -> tuple[Registry, Path, Any]:
-    """claude-agent-acp against the mock (as ``bench_warm`` builds it), and the mock."""
-    from supervisor.providers import acp
-    from tests.mockmodel import MockModelServer
-    from tests.support import peers
-
-    server = stack.enter_context(MockModelServer())
-    launch = stack.enter_context(peers.claude_agent_acp_launch(server, extra_env=extra_env))
-    config = acp.Config(
-        command=launch.argv[0],
-        args=launch.argv[1:],
-        env=dict(launch.env),
-        stderr=StderrMode.DISCARD,
-        containment=CONTAINMENT,
-    )
-    registry = Registry()
-    registry.register(acp.Provider(config))
-    return registry, launch.cwd, server
 
 
 def _model_requests(server: Any) -> list[float]:
@@ -209,7 +190,7 @@ async def main() -> None:
                 "NODE_OPTIONS": f"--import={folder / 'tracer.mjs'}",
                 "BENCH_TRACE_FILE": str(folder / "trace"),
             }
-        plain, cwd, server = _build(stack, extra)
+        plain, cwd, server = claude_agent_acp_registry(stack, extra)
         name = "acp"
         warmed = Registry()  # the same provider: only this registry keeps warm children
         warmed.register(plain.get(name))
