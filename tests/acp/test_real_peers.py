@@ -209,14 +209,18 @@ async def test_a_cancelled_turn_then_the_next(launch: peers.PeerLaunch, server: 
     assert events.index(("stop_reason_received", 2)) < events.index(("turn_ended", 2))
     assert events.index(("turn_ended", 2)) < events.index(("turn_sent", 3))
     said = "\n".join(server.model_requests[-1].user_texts())
-    assert "turn three" in said
     if launch.name == "codex-acp":
+        assert "turn three" in said
         assert third.output == "third"
     else:
         # claude-agent-acp 0.23.1 answers the prompt after a cancelled one at once with an
         # empty end_turn (the interrupted query's leftover result) and the real answer
         # arrives with the following prompt: the peer's own desync (README: Conversations).
+        # After the empty answer the CLI only then asks the model about turn three, and the
+        # run is disposed (its session closed) at once: that request may never go out.
         assert third.output in ("", "third")
+        if third.output == "third":
+            assert "turn three" in said
 
 
 def test_cli_json_against_codex_acp(server: MockModelServer, tmp_path: Path) -> None:

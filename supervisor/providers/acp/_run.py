@@ -10,6 +10,13 @@ live agent is a refusal too.  Same cwd, same (no) MCP servers, same permission p
 usage: token counts from the prompt response's ``usage`` (marked unstable in the
 schema; read as this turn's), cost from the ``usage_update`` notifications (the
 session's cumulative cost: a turn's cost is what it added).
+
+Before the teardown ladder, a session the agent can close (``sessionCapabilities.close``)
+is closed with ``session/close``: an agent that keeps a helper process per session (a
+CLI it talks to over pipes) may hold it, and so itself, alive past stdin EOF until the
+session is closed.  Closing first lets such a tree exit on EOF, the ladder's first rung,
+instead of riding out the EOF grace to SIGTERM.  The session stays continuable: closing
+frees the agent's live resources, not the session's record.
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ class AcpRun(ProviderRun[Config]):
         self._transport: StdioTransport | None = None
         self._session_id: str | None = None
         self._usage: Usage | None = None
+        self._closable = False  # the agent advertised ``session/close``
 
     # -- start --------------------------------------------------------------------------
 
@@ -131,6 +139,8 @@ class AcpRun(ProviderRun[Config]):
             except Exception as exc:
                 raise StepFailed(await self._startup_failure(exc)) from exc
         self.fact(AcpEvent.INITIALIZE_ANSWERED)
+        offers = answer.agent_capabilities.session_capabilities if answer.agent_capabilities else None
+        self._closable = offers is not None and offers.close is not None
         if self.session is not None and self.session.resume is not None:
             await self._continue_session(acp, self.session.resume, cwd, answer.agent_capabilities)
             return
@@ -334,6 +344,22 @@ class AcpRun(ProviderRun[Config]):
     async def remote_cancel(self) -> None:
         if self._conn is not None and self._session_id is not None:
             await self._conn.cancel(session_id=self._session_id)
+
+    async def before_ladder(self) -> None:
+        """Close the session where the agent can (best effort, bounded by the EOF grace
+        and ``CLOSE_TIMEOUT``): its per-session processes end, so EOF can end the tree."""
+        conn, session_id, process = self._conn, self._session_id, self.process
+        if conn is None or session_id is None or not self._closable or process is None:
+            return
+        if process.exit_facts is not None or (self._transport is not None and self._transport.ended.is_set()):
+            return
+        with anyio.move_on_after(min(CLOSE_TIMEOUT, self.config.eof_grace)) as scope:
+            try:
+                await conn.close_session(session_id=session_id)
+            except Exception as exc:  # refused, or the child went: the ladder goes on all the same
+                raw_failure("run %s: session/close failed", self.id, exc=exc)
+        if scope.cancelled_caught:
+            log.debug("run %s: session/close not answered in time", self.id)
 
     async def after_ladder(self) -> None:
         if self._conn is not None:
