@@ -122,6 +122,9 @@ Process behaviour:
   of its own; the child goes on once both are running). ``GRANDCHILD_PID_FILE=path``: their pids
   are appended to it, one per line.
 - ``LOG_FILE=path``: every frame read from stdin is appended to it as one line.
+- ``SESSION_CLOSE`` = ``answer``: ``initialize`` advertises ``sessionCapabilities.close`` and
+  ``session/close`` is answered ``{}``; ``hang``: advertised, never answered.  Unset: not
+  advertised, and ``session/close`` is answered -32601 like any unknown method.
 """
 
 from __future__ import annotations
@@ -446,6 +449,9 @@ class Child:
             self.new_session(rid, params)
         elif method == "session/prompt":
             threading.Thread(target=self.prompt, args=(rid, params), daemon=True).start()
+        elif method == "session/close" and env("SESSION_CLOSE") in ("answer", "hang"):
+            if env("SESSION_CLOSE") == "answer":
+                self.result(rid, {}, "close")
         else:
             self.error(rid, -32601, "Method not found")
 
@@ -457,7 +463,13 @@ class Child:
         auth = env("AUTH_METHOD")
         methods = [{"id": auth, "name": f"Scripted {auth}"}] if auth else []
         info = {"name": "acp-child", "version": "0"}
-        result = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": methods, "agentInfo": info}
+        capabilities: JsonObject = {"sessionCapabilities": {"close": {}}} if env("SESSION_CLOSE") else {}
+        result = {
+            "protocolVersion": 1,
+            "agentCapabilities": capabilities,
+            "authMethods": methods,
+            "agentInfo": info,
+        }
         self.result(rid, result, "initialize")
 
     def authenticate(self, rid: Any, params: JsonObject) -> None:
