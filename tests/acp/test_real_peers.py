@@ -57,7 +57,7 @@ def launch(
 
 def config(launch: peers.PeerLaunch, **keys: object) -> Config:
     settings: dict[str, object] = {
-        "dispose_eof_grace_ms": 300,  # neither agent exits on EOF once a session exists
+        "dispose_eof_grace_ms": 300,  # codex-acp never exits on EOF (claude-agent-acp does: see test_teardown_real)
         "dispose_grace_ms": 3000,
         **keys,
     }
