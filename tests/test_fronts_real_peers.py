@@ -14,17 +14,12 @@ from typing import Any
 import pytest
 
 from tests.mockmodel import MockModelServer, Text
-from tests.support import peers, peers_required
+from tests.support import peers, skip_module_without_acp_peers
 from tests.test_batch import supervised_children
 
 pytestmark = [pytest.mark.real_peer]
 
-MISSING = peers.missing_peers()
-if MISSING and not peers_required():
-    pytest.skip(
-        f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
-        allow_module_level=True,
-    )
+skip_module_without_acp_peers()
 
 PEERS: dict[str, Callable[..., peers.PeerLaunch]] = {
     "codex-acp": peers.codex_acp_launch,

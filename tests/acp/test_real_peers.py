@@ -22,17 +22,12 @@ from supervisor.providers.acp import Config, Provider
 from tests.conftest import internals
 from tests.mockmodel import Hang, HttpError, MockModelServer, Shell, Text, WriteFile
 from tests.mockmodel import Usage as ModelUsage
-from tests.support import peers, peers_required
+from tests.support import peers, skip_module_without_acp_peers
 from tests.support.watch import Watch
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
-MISSING = peers.missing_peers()
-if MISSING and not peers_required():
-    pytest.skip(
-        f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
-        allow_module_level=True,
-    )
+skip_module_without_acp_peers()
 
 Launcher = Callable[..., peers.PeerLaunch]
 PEERS: dict[str, Launcher] = {

@@ -18,17 +18,12 @@ import pytest
 from supervisor import Registry, SessionPlan, StderrMode, SubagentRequest
 from supervisor.providers.acp import Config, Provider
 from tests.mockmodel import MockModelServer, Text
-from tests.support import peers, peers_required
+from tests.support import peers, skip_module_without_acp_peers
 from tests.support.resume import killed_host, written_under
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
-MISSING = peers.missing_peers()
-if MISSING and not peers_required():
-    pytest.skip(
-        f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
-        allow_module_level=True,
-    )
+skip_module_without_acp_peers()
 
 Launcher = Callable[..., peers.PeerLaunch]
 PEERS: dict[str, Launcher] = {

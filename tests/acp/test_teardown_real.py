@@ -16,16 +16,11 @@ import pytest
 from supervisor import Registry, StderrMode, SubagentRequest
 from supervisor.providers.acp import Config, Provider
 from tests.mockmodel import MockModelServer, Text
-from tests.support import peers, peers_required
+from tests.support import peers, skip_module_without_acp_peers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.real_peer]
 
-MISSING = peers.missing_peers()
-if MISSING and not peers_required():
-    pytest.skip(
-        f"real ACP peers not installed ({'; '.join(MISSING)}): run `npm ci` in tests/",
-        allow_module_level=True,
-    )
+skip_module_without_acp_peers()
 
 # Long enough that a loaded machine's slow exit is never mistaken for a tree that stayed.
 GENEROUS_EOF_GRACE_MS = 30_000

@@ -35,3 +35,16 @@ def require_module(name: str) -> None:
     """``pytest.importorskip`` that fails instead of skipping where peers are required."""
     if importlib.util.find_spec(name) is None:
         missing_peer(f"{name} is not installed (install the package's extras)")
+
+
+def skip_module_without_acp_peers() -> None:
+    """At a test module's top: skip it where the real ACP peers are not installed (a
+    developer's partial set-up); where peers are required its tests run and fail instead."""
+    from tests.support import peers
+
+    missing = peers.missing_peers()
+    if missing and not peers_required():
+        pytest.skip(
+            f"real ACP peers not installed ({'; '.join(missing)}): run `npm ci` in tests/",
+            allow_module_level=True,
+        )
