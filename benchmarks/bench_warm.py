@@ -83,6 +83,20 @@ async def switched_rounds(
     return with_it, without, turns
 
 
+def print_switched(
+    title: str, names: tuple[str, str], with_it: list[float], without: list[float], turns: list[float]
+) -> None:
+    """``switched_rounds``' three series and the ratio of each warm series to the second turn;
+    ``names`` says what the feature's on and off are called (``("eager", "plain")``)."""
+    print(title)
+    print(summary(f"warm, {names[0]}: run to the first answer", with_it))
+    print(summary(f"warm, {names[1]}: run to the first answer", without))
+    print(summary("conversation: second turn, send to result", turns))
+    turn = statistics.median(turns)
+    for name, series in zip(names, (with_it, without), strict=True):
+        print(f"{f'ratio of medians ({name} / second turn)':<48} {statistics.median(series) / turn:.3f}")
+
+
 def build_claude(stack: ExitStack) -> tuple[Registry, str, Path, str]:
     """The real Claude Code CLI (the claude-agent-sdk's bundled one) against the mock."""
     from supervisor.providers import claude_code

@@ -24,8 +24,7 @@ from typing import Any
 import anyio
 import psutil
 
-from benchmarks._stats import summary
-from benchmarks.bench_warm import build_claude_agent_acp, switched_rounds
+from benchmarks.bench_warm import build_claude_agent_acp, print_switched, switched_rounds
 from supervisor import Registry
 from supervisor.providers.acp import _eager as eager_compile
 
@@ -80,13 +79,8 @@ async def main() -> None:
                     children[on].append(await _warm_child(name, plain, cwd))
         finally:
             _eager(True)
-    print(f"{label}, {rounds} interleaved rounds, load {os.getloadavg()[0]:.1f}")
-    print(summary("warm, CLI compiled eagerly: run to the first answer", compiled))
-    print(summary("warm, CLI plain: run to the first answer", bare))
-    print(summary("conversation: second turn, send to result", turns))
-    turn = statistics.median(turns)
-    print(f"{'ratio of medians (eager / second turn)':<48} {statistics.median(compiled) / turn:.3f}")
-    print(f"{'ratio of medians (plain / second turn)':<48} {statistics.median(bare) / turn:.3f}")
+    title = f"{label}, {rounds} interleaved rounds, load {os.getloadavg()[0]:.1f}"
+    print_switched(title, ("eager", "plain"), compiled, bare, turns)
     for on, kind in ((True, "eager"), (False, "plain")):
         ready = statistics.median(child[0] for child in children[on])
         rss = statistics.median(child[1] for child in children[on])

@@ -13,13 +13,11 @@ result).  ``BENCH_ROUNDS`` (default 12).
 from __future__ import annotations
 
 import os
-import statistics
 from contextlib import ExitStack
 
 import anyio
 
-from benchmarks._stats import summary
-from benchmarks.bench_warm import build_claude, switched_rounds
+from benchmarks.bench_warm import build_claude, print_switched, switched_rounds
 from supervisor.providers.claude_code import _run, _warm_prompt
 
 GATE = _warm_prompt.PromptGate
@@ -38,13 +36,7 @@ async def main() -> None:
     with ExitStack() as stack:
         plain, name, cwd, label = build_claude(stack)
         gated, bare, turns = await switched_rounds(plain, name, cwd, _gate, rounds)
-    print(f"{label}, {rounds} interleaved rounds")
-    print(summary("warm, placeholder prompt: run to the first answer", gated))
-    print(summary("warm, context usage only: run to the first answer", bare))
-    print(summary("conversation: second turn, send to result", turns))
-    turn = statistics.median(turns)
-    print(f"{'ratio of medians (placeholder / second turn)':<48} {statistics.median(gated) / turn:.3f}")
-    print(f"{'ratio of medians (usage only / second turn)':<48} {statistics.median(bare) / turn:.3f}")
+    print_switched(f"{label}, {rounds} interleaved rounds", ("placeholder", "usage only"), gated, bare, turns)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ defines it); ``BENCH_ROUNDS`` (default 12).
 from __future__ import annotations
 
 import os
-import statistics
 from contextlib import ExitStack
 from typing import Any
 
 import anyio
 
-from benchmarks._stats import summary
-from benchmarks.bench_warm import choose, switched_rounds
+from benchmarks.bench_warm import choose, print_switched, switched_rounds
 from supervisor.run import _warm
 
 SET_UP = _warm.warm_up
@@ -39,13 +37,7 @@ async def main() -> None:
     with ExitStack() as stack:
         plain, name, cwd, label = choose(stack)
         set_up, bare, turns = await switched_rounds(plain, name, cwd, _setup, rounds)
-    print(f"{label}, {rounds} interleaved rounds")
-    print(summary("warm, set up: run to the first answer", set_up))
-    print(summary("warm, not set up: run to the first answer", bare))
-    print(summary("conversation: second turn, send to result", turns))
-    turn = statistics.median(turns)
-    print(f"{'ratio of medians (set up / second turn)':<48} {statistics.median(set_up) / turn:.3f}")
-    print(f"{'ratio of medians (not set up / second turn)':<48} {statistics.median(bare) / turn:.3f}")
+    print_switched(f"{label}, {rounds} interleaved rounds", ("set up", "not set up"), set_up, bare, turns)
 
 
 if __name__ == "__main__":
