@@ -36,7 +36,7 @@ import subprocess
 from supervisor.process._confine import has_sys_admin
 from supervisor.process._fresh import FreshReads
 from supervisor.process._keeper_main import all_pids
-from supervisor.process._proctable import CHILDREN_FILES, children_of
+from supervisor.process._proctable import CHILDREN_FILES, settled_walk
 
 # Walks of our descendants at most, per look (a tree re-parenting without pause never settles).
 _MAX_WALKS = 50
@@ -171,22 +171,5 @@ def run_descendants(namespace: str, roots: list[int], exclude: set[int]) -> list
     repeated until one finds nothing the previous ones had not: a process re-parented to
     us during a walk is found by the next.
     """
-    found: list[int] = []
-    checked: set[int] = set()
-    for _ in range(_MAX_WALKS):
-        before = len(checked)
-        stack = [*roots, *adopted(exclude)]
-        walked: set[int] = set()
-        while stack:
-            pid = stack.pop()
-            if pid in walked:
-                continue
-            walked.add(pid)
-            if pid not in checked:
-                checked.add(pid)
-                if cgroup_namespace(pid) == namespace:
-                    found.append(pid)
-            stack += children_of(pid)
-        if len(checked) == before:
-            break
-    return found
+    walk = settled_walk(lambda: [*roots, *adopted(exclude)], _MAX_WALKS)
+    return [pid for pid in walk if cgroup_namespace(pid) == namespace]

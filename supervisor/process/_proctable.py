@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from supervisor.process._env import RUN_TAG_VARIABLE
@@ -169,6 +169,29 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def settled_walk(roots: Callable[[], list[int]], walks: int = _MAX_LISTINGS) -> Iterator[int]:
+    """Each process in the trees below ``roots()``, once, walking again (with ``roots``
+    listed again) until a walk finds nothing the previous ones had not: a process
+    re-parented during a walk (to a root, or to a walked process that is itself a
+    subreaper) is found by the next one.  At most ``walks`` walks."""
+    yielded: set[int] = set()
+    for _ in range(walks):
+        before = len(yielded)
+        stack = roots()
+        walked: set[int] = set()
+        while stack:
+            pid = stack.pop()
+            if pid in walked:
+                continue
+            walked.add(pid)
+            if pid not in yielded:
+                yielded.add(pid)
+                yield pid
+            stack += children_of(pid)
+        if len(yielded) == before:
+            return
+
+
 def own_children() -> list[int]:
     """This process's children, of every thread (one listing and a file per thread)."""
     return children_of(os.getpid())
@@ -178,33 +201,16 @@ def read_descendants(tags: dict[tuple[int, int], str | None]) -> Table:
     """Read only this process's descendants (cost: their number, not the machine's).
 
     Complete only while this process is the child subreaper: then every orphan of a
-    descendant is re-parented to a descendant or to us, never out of the tree.  The
-    walk is repeated until a walk finds nothing the previous ones had not: a process
-    re-parented during a walk (to us, or to a descendant that is itself a subreaper)
-    is found by the next one.
+    descendant is re-parented to a descendant or to us, never out of the tree (and
+    :func:`settled_walk` finds one re-parented during a walk).
     """
     table = Table()
     seen: set[tuple[int, int]] = set()
-    visited: set[int] = set()
     me = os.getpid()
-    for _ in range(_MAX_LISTINGS):
-        before = len(visited)
-        stack = children_of(me)
-        walked: set[int] = set()
-        while stack:
-            pid = stack.pop()
-            if pid in walked:
-                continue
-            walked.add(pid)
-            if pid not in visited:
-                visited.add(pid)
-                entry = _stat(pid)
-                if entry is None:
-                    continue
-                _add(table, entry, tags, seen)
-            stack += children_of(pid)
-        if len(visited) == before:
-            break
+    for pid in settled_walk(lambda: children_of(me)):
+        entry = _stat(pid)
+        if entry is not None:
+            _add(table, entry, tags, seen)
     for key in [k for k in tags if k not in seen]:
         del tags[key]
     return table
