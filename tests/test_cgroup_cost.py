@@ -57,23 +57,29 @@ def test_the_v1_out_of_memory_watch_is_armed_once_where_it_listens(
     assert not leaf.exists()
 
 
+@pytest.fixture
+def watched(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files the teardown watched (``cgroup.events`` of a leaf still populated)."""
+    paths: list[Path] = []
+
+    def watching(path: Path) -> Any:
+        paths.append(path)
+        return watch_file(path)
+
+    monkeypatch.setattr("supervisor.process._cgroup.watch_file", watching)
+    return paths
+
+
 @needs_cgroups
 @pytest.mark.anyio
 async def test_an_empty_leaf_is_not_watched_before_it_is_called_gone(
-    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, watched: list[Path]
 ) -> None:
     """The teardown waits for the child's exit (its pidfd), then for the leaf: the kernel counts
     an exiting task out of its cgroup before it wakes the task's pidfd, so the leaf whose only
     member was the child is empty by then and needs no watch."""
     proc = await ManagedProcess.spawn(spec_for("eof", cwd=tmp_path, containment=containment), task_group)
     await ready_pids(proc)
-    watched: list[Path] = []
-
-    def watching(path: Path) -> Any:
-        watched.append(path)
-        return watch_file(path)
-
-    monkeypatch.setattr("supervisor.process._cgroup.watch_file", watching)
     report, _ = await tear_down(proc)
     assert report.quiescent
     assert watched == []
@@ -82,17 +88,10 @@ async def test_an_empty_leaf_is_not_watched_before_it_is_called_gone(
 @needs_cgroups
 @pytest.mark.anyio
 async def test_a_leaf_still_populated_is_watched_until_it_empties(
-    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, task_group: TaskGroup, containment: CgroupContainment, watched: list[Path]
 ) -> None:
     proc = await ManagedProcess.spawn(spec_for("daemon", cwd=tmp_path, containment=containment), task_group)
     await ready_pids(proc)
-    watched: list[Path] = []
-
-    def watching(path: Path) -> Any:
-        watched.append(path)
-        return watch_file(path)
-
-    monkeypatch.setattr("supervisor.process._cgroup.watch_file", watching)
     report, _ = await tear_down(proc, eof=0.2, term=5.0)  # the daemon ignores EOF: it needs SIGTERM
     assert report.quiescent
     assert watched
